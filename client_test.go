@@ -1,0 +1,605 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/internal/testdb"
+)
+
+type testBundle struct {
+	client *outbox.Client
+	pool   *pgxpool.Pool
+	schema string
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	pool, schema := outboxtest.Schema(t)
+	effect, err := noop.New(&noop.Config{})
+	require.NoError(t, err)
+	reg, err := effects.NewRegistry(effect)
+	require.NoError(t, err)
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+	require.NoError(t, err)
+	return &testBundle{client: client, pool: pool, schema: schema}
+}
+
+func (b *testBundle) enqueue(t *testing.T, params *outbox.EnqueueParams) (*outbox.EnqueueResult, error) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	res, err := b.client.EnqueueTx(ctx, tx, params)
+	require.NoError(t, tx.Commit(ctx))
+	return res, err
+}
+
+func (b *testBundle) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM "+pgx.Identifier{b.schema, table}.Sanitize()).Scan(&n))
+	return n
+}
+
+func TestEnqueueTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("NewThenDuplicate", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k1", Effect: "noop", Args: map[string]any{"a": 1}, RequestedBy: "agent-7"})
+		require.NoError(t, err)
+		require.False(t, first.Duplicate)
+		require.Equal(t, outbox.StatePending, first.Intent.State)
+		require.Equal(t, outbox.NamespaceDefault, first.Intent.Namespace)
+		require.Equal(t, outbox.KeySourceExplicit, first.Intent.KeySource)
+		require.Equal(t, "agent-7", *first.Intent.RequestedBy)
+		require.Equal(t, outbox.ProviderKey("default", "k1"), first.Intent.ProviderKey)
+		require.LessOrEqual(t, len(first.Intent.ProviderKey), 64)
+		require.NotContains(t, first.Intent.ProviderKey, "k1")
+
+		second, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k1", Effect: "noop", Args: json.RawMessage(`{ "a" : 1.0 }`)})
+		require.NoError(t, err)
+		require.True(t, second.Duplicate)
+		require.Equal(t, first.Intent.ID, second.Intent.ID)
+		require.Equal(t, 1, b.count(t, "outbox_intent"))
+	})
+
+	t.Run("SameActionVectors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Each pair is the same action by jsonb equality.
+		pairs := []struct{ name, a, b string }{
+			{"KeyOrder", `{"a":1,"b":2}`, `{"b":2,"a":1}`},
+			{"WhiteSpace", `{"a":[1,2]}`, "{ \"a\" :\n [ 1 , 2 ] }"},
+			{"Nesting", `{"o":{"x":{"y":[{"z":1},{"w":"v"}]}}}`, `{"o":{"x":{"y":[{"z":1},{"w":"v"}]}}}`},
+			{"NestedKeyOrder", `{"o":{"x":1,"y":2}}`, `{"o":{"y":2,"x":1}}`},
+			{"UnicodeEscape", `{"s":"é"}`, `{"s":"\u00e9"}`},
+			{"EscapedSlash", `{"s":"a/b"}`, `{"s":"a\/b"}`},
+			{"IntegerVsDecimal", `{"n":1}`, `{"n":1.0}`},
+			{"IntegerVsExponent", `{"n":1}`, `{"n":1e0}`},
+			{"DecimalVsExponent", `{"n":1.50}`, `{"n":15e-1}`},
+			{"DuplicateKeysLastWins", `{"a":1,"a":2}`, `{"a":2}`},
+		}
+		for i, p := range pairs {
+			key := fmt.Sprintf("same-%d", i)
+			first, err := b.enqueue(t, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: json.RawMessage(p.a)})
+			require.NoError(t, err, p.name)
+			second, err := b.enqueue(t, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: json.RawMessage(p.b)})
+			require.NoError(t, err, p.name)
+			require.True(t, second.Duplicate, p.name)
+			require.Equal(t, first.Intent.ID, second.Intent.ID, p.name)
+		}
+
+		// Each pair is another action.
+		others := []struct{ name, a, b string }{
+			{"OtherValue", `{"n":1}`, `{"n":2}`},
+			{"NumberVsString", `{"n":1}`, `{"n":"1"}`},
+			{"ArrayOrder", `{"a":[1,2]}`, `{"a":[2,1]}`},
+			{"ExtraField", `{"a":1}`, `{"a":1,"b":null}`},
+			{"Case", `{"s":"A"}`, `{"s":"a"}`},
+			{"NestedValue", `{"o":{"x":1}}`, `{"o":{"x":1.1}}`},
+		}
+		for i, p := range others {
+			key := fmt.Sprintf("other-%d", i)
+			_, err := b.enqueue(t, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: json.RawMessage(p.a)})
+			require.NoError(t, err, p.name)
+			_, err = b.enqueue(t, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: json.RawMessage(p.b)})
+			require.ErrorIs(t, err, outbox.ErrKeyReused, p.name)
+		}
+	})
+
+	t.Run("KeyReusedLeavesTxUsableAndChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{"a": 1}})
+		require.NoError(t, err)
+
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		_, err = b.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{"a": 2}})
+		require.ErrorIs(t, err, outbox.ErrKeyReused)
+		var reused *outbox.KeyReusedError
+		require.ErrorAs(t, err, &reused)
+		require.Equal(t, first.Intent.ID, reused.Existing.ID)
+		require.Equal(t, outbox.CodeIdempotencyKeyReused, outbox.ErrorCode(err))
+		// The caller's transaction is still usable.
+		_, err = b.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: "k2", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+
+		got, err := b.client.Get(ctx, "", "k")
+		require.NoError(t, err)
+		require.JSONEq(t, `{"a":1}`, string(got.Args))
+		require.Equal(t, first.Intent.UpdatedAt, got.UpdatedAt)
+		require.Equal(t, 2, b.count(t, "outbox_intent"))
+	})
+
+	t.Run("AnotherEffectSameArgsIsAnotherAction", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Without a registry any well-formed effect name is accepted.
+		client, err := outbox.NewClient(b.pool, &outbox.Config{Schema: b.schema})
+		require.NoError(t, err)
+		_, err = client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{"a": 1}})
+		require.NoError(t, err)
+		_, err = client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "k", Effect: "email", Args: map[string]any{"a": 1}})
+		require.ErrorIs(t, err, outbox.ErrKeyReused)
+	})
+
+	t.Run("RolledBackLeavesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = b.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+		require.Equal(t, 0, b.count(t, "outbox_intent"))
+		require.Equal(t, 0, b.count(t, "river_job"))
+		_, err = b.client.Get(ctx, "", "k")
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+	})
+
+	t.Run("WritesOnlyTheIntentRow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		require.Equal(t, 1, b.count(t, "outbox_intent"))
+		require.Equal(t, 0, b.count(t, "river_job"))
+	})
+
+	t.Run("Namespaces", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		a, err := b.enqueue(t, &outbox.EnqueueParams{Namespace: "a", Key: "k", Effect: "noop", Args: map[string]any{"x": 1}})
+		require.NoError(t, err)
+		c, err := b.enqueue(t, &outbox.EnqueueParams{Namespace: "c", Key: "k", Effect: "noop", Args: map[string]any{"x": 2}})
+		require.NoError(t, err)
+		require.False(t, c.Duplicate)
+		require.NotEqual(t, a.Intent.ID, c.Intent.ID)
+		require.NotEqual(t, a.Intent.ProviderKey, c.Intent.ProviderKey)
+
+		got, err := b.client.Get(ctx, "a", "k")
+		require.NoError(t, err)
+		require.Equal(t, a.Intent.ID, got.ID)
+		_, err = b.client.Get(ctx, "other", "k")
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+		list, err := b.client.List(ctx, &outbox.ListParams{Namespace: "c"})
+		require.NoError(t, err)
+		require.Len(t, list.Intents, 1)
+		require.Equal(t, c.Intent.ID, list.Intents[0].ID)
+		_, err = b.client.Cancel(ctx, "other", "k")
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		long := make([]byte, 256)
+		for i := range long {
+			long[i] = 'a'
+		}
+		cases := []struct {
+			name   string
+			params *outbox.EnqueueParams
+			is     error
+			field  string
+		}{
+			{"EmptyKey", &outbox.EnqueueParams{Key: "", Effect: "noop", Args: map[string]any{}}, outbox.ErrInvalidKey, "key"},
+			{"SpaceInKey", &outbox.EnqueueParams{Key: "a b", Effect: "noop", Args: map[string]any{}}, outbox.ErrInvalidKey, "key"},
+			{"NonASCIIKey", &outbox.EnqueueParams{Key: "clé", Effect: "noop", Args: map[string]any{}}, outbox.ErrInvalidKey, "key"},
+			{"ControlKey", &outbox.EnqueueParams{Key: "a\x00", Effect: "noop", Args: map[string]any{}}, outbox.ErrInvalidKey, "key"},
+			{"LongKey", &outbox.EnqueueParams{Key: string(long), Effect: "noop", Args: map[string]any{}}, outbox.ErrInvalidKey, "key"},
+			{"BadNamespace", &outbox.EnqueueParams{Namespace: "a b", Key: "k", Effect: "noop", Args: map[string]any{}}, outbox.ErrInvalidKey, "namespace"},
+			{"UnknownEffect", &outbox.EnqueueParams{Key: "k", Effect: "charge", Args: map[string]any{}}, outbox.ErrUnknownEffect, "effect"},
+			{"NilArgs", &outbox.EnqueueParams{Key: "k", Effect: "noop"}, outbox.ErrInvalidArgs, "args"},
+			{"ArrayArgs", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`[1]`)}, outbox.ErrInvalidArgs, "args"},
+			{"BrokenJSON", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"a":`)}, outbox.ErrInvalidArgs, "args"},
+			{"NulEscape", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"a":"\u0000"}`)}, outbox.ErrInvalidArgs, "args"},
+			{"EffectValidation", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"_noop":{"fail":"sometimes"}}`)}, outbox.ErrInvalidArgs, "args._noop.fail"},
+			{"LoneSurrogate", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"a":"\ud800"}`)}, outbox.ErrInvalidArgs, "args"},
+		}
+		for _, tc := range cases {
+			_, err := b.enqueue(t, tc.params)
+			require.ErrorIs(t, err, tc.is, tc.name)
+			var oe *outbox.Error
+			require.ErrorAs(t, err, &oe, tc.name)
+			require.Equal(t, tc.field, oe.Field, tc.name)
+		}
+		require.Equal(t, 0, b.count(t, "outbox_intent"))
+	})
+}
+
+// 100 concurrent enqueues of one key from many connections: one intent, and
+// every caller gets its id.
+func TestEnqueueTxConcurrentSameKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	// Connections of their own, not the shared pool, so the callers really
+	// are separate sessions.
+	pool, err := pgxpool.New(ctx, testdb.URL(t))
+	require.NoError(t, err)
+	pool.Config().MaxConns = 20
+	defer pool.Close()
+
+	const callers = 100
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		ids   = map[int64]int{}
+		dups  int
+		start = make(chan struct{})
+	)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			tx, err := pool.Begin(ctx)
+			if !assertNoError(t, err) {
+				return
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			res, err := b.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: "same", Effect: "noop", Args: map[string]any{"n": 1}})
+			if !assertNoError(t, err) {
+				return
+			}
+			// Hold the transaction open a moment so that others pile up on
+			// the unique index behind it.
+			time.Sleep(time.Millisecond)
+			if !assertNoError(t, tx.Commit(ctx)) {
+				return
+			}
+			mu.Lock()
+			ids[res.Intent.ID]++
+			if res.Duplicate {
+				dups++
+			}
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.Len(t, ids, 1)
+	for _, n := range ids {
+		require.Equal(t, callers, n)
+	}
+	require.Equal(t, callers-1, dups)
+	require.Equal(t, 1, b.count(t, "outbox_intent"))
+}
+
+func assertNoError(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+		return false
+	}
+	return true
+}
+
+func TestEnqueueManyTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("NewAndDuplicates", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k1", Effect: "noop", Args: map[string]any{"i": 1}})
+		require.NoError(t, err)
+		params := make([]*outbox.EnqueueParams, 0, 100)
+		for i := range 100 {
+			params = append(params, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: map[string]any{"i": i}})
+		}
+		// The same key twice within one batch is one intent.
+		params = append(params, &outbox.EnqueueParams{Key: "k5", Effect: "noop", Args: map[string]any{"i": 5}})
+		res, err := b.client.EnqueueManyTx(ctx, b.pool, params)
+		require.NoError(t, err)
+		require.Len(t, res, 101)
+		for i, r := range res {
+			require.Equal(t, params[i].Key, r.Intent.Key)
+		}
+		require.True(t, res[1].Duplicate)
+		require.False(t, res[0].Duplicate)
+		require.False(t, res[5].Duplicate)
+		require.True(t, res[100].Duplicate)
+		require.Equal(t, res[5].Intent.ID, res[100].Intent.ID)
+		require.Equal(t, 100, b.count(t, "outbox_intent"))
+	})
+
+	t.Run("ConflictKeepsNothingOfTheBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "taken", Effect: "noop", Args: map[string]any{"i": 1}})
+		require.NoError(t, err)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		_, err = b.client.EnqueueManyTx(ctx, tx, []*outbox.EnqueueParams{
+			{Key: "new1", Effect: "noop", Args: map[string]any{}},
+			{Key: "taken", Effect: "noop", Args: map[string]any{"i": 2}},
+			{Key: "new2", Effect: "noop", Args: map[string]any{}},
+		})
+		var reused *outbox.KeyReusedError
+		require.ErrorAs(t, err, &reused)
+		require.Equal(t, "taken", reused.Existing.Key)
+		// The transaction is usable and holds nothing of the batch.
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()).Scan(&n))
+		require.Equal(t, 1, n)
+		require.NoError(t, tx.Commit(ctx))
+	})
+
+	t.Run("BadItemNamesItsIndex", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.client.EnqueueManyTx(ctx, b.pool, []*outbox.EnqueueParams{
+			{Key: "ok", Effect: "noop", Args: map[string]any{}},
+			{Key: "bad key", Effect: "noop", Args: map[string]any{}},
+		})
+		var oe *outbox.Error
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, "[1].key", oe.Field)
+		require.Equal(t, 0, b.count(t, "outbox_intent"))
+	})
+}
+
+// outbox.enqueue from a plain SQL session, and one action sent through SQL and
+// the Go library.
+func TestSQLEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testdb.URL(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	fn := pgx.Identifier{b.schema, "enqueue"}.Sanitize()
+
+	// A service in another language: its own transaction, plain SQL, text
+	// arguments only.
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	var (
+		id        int64
+		state     string
+		duplicate bool
+	)
+	require.NoError(t, tx.QueryRow(ctx, `SELECT (intent).id, (intent).state, duplicate FROM `+fn+`('default', 'sql-1', 'noop', '{"b": 2, "a": 1}', 'billing-svc')`).Scan(&id, &state, &duplicate))
+	require.False(t, duplicate)
+	require.Equal(t, "pending", state)
+	require.NoError(t, tx.Commit(ctx))
+
+	// The same action through the Go library is a duplicate of it.
+	res, err := b.enqueue(t, &outbox.EnqueueParams{Key: "sql-1", Effect: "noop", Args: map[string]any{"a": 1, "b": 2}})
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
+	require.Equal(t, id, res.Intent.ID)
+	require.Equal(t, "billing-svc", *res.Intent.RequestedBy)
+
+	// And the other way around.
+	_, err = b.enqueue(t, &outbox.EnqueueParams{Key: "go-1", Effect: "noop", Args: map[string]any{"n": 1}})
+	require.NoError(t, err)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT duplicate FROM `+fn+`('default', 'go-1', 'noop', '{"n": 1.0}')`).Scan(&duplicate))
+	require.True(t, duplicate)
+
+	// A conflict raises with the documented message, and the SQLSTATE OB001.
+	_, err = conn.Exec(ctx, `SELECT * FROM `+fn+`('default', 'go-1', 'noop', '{"n": 2}')`)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "OB001", pgErr.Code)
+	require.Regexp(t, `^idempotency_key_reused`, pgErr.Message)
+
+	// The view shows the intents without the dispatcher's bookkeeping.
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{b.schema, "intents_view"}.Sanitize()+` WHERE key IN ('sql-1', 'go-1')`).Scan(&n))
+	require.Equal(t, 2, n)
+
+	// The SQL provider key is the Go one.
+	var pk string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT `+pgx.Identifier{b.schema, "outbox_provider_key"}.Sanitize()+`('ns', 'clé')`).Scan(&pk))
+	require.Equal(t, outbox.ProviderKey("ns", "clé"), pk)
+
+	// Bad input from SQL is refused by the table's constraints.
+	_, err = conn.Exec(ctx, `SELECT * FROM `+fn+`('default', 'has space', 'noop', '{}')`)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23514", pgErr.Code)
+}
+
+func TestListGetCancelResolve(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ListPagesNewestFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		params := make([]*outbox.EnqueueParams, 25)
+		for i := range params {
+			params[i] = &outbox.EnqueueParams{Key: fmt.Sprintf("k%02d", i), Effect: "noop", Args: map[string]any{}}
+		}
+		_, err := b.client.EnqueueManyTx(ctx, b.pool, params)
+		require.NoError(t, err)
+		_, err = b.client.Cancel(ctx, "", "k03")
+		require.NoError(t, err)
+
+		var keys []string
+		cursor := ""
+		pages := 0
+		for {
+			page, err := b.client.List(ctx, &outbox.ListParams{Limit: 10, Cursor: cursor})
+			require.NoError(t, err)
+			pages++
+			for _, i := range page.Intents {
+				keys = append(keys, i.Key)
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			cursor = page.NextCursor
+		}
+		require.Equal(t, 3, pages)
+		require.Len(t, keys, 25)
+		require.Equal(t, "k24", keys[0])
+		require.Equal(t, "k00", keys[24])
+
+		cancelled, err := b.client.List(ctx, &outbox.ListParams{States: []outbox.State{outbox.StateCancelled}})
+		require.NoError(t, err)
+		require.Len(t, cancelled.Intents, 1)
+		require.Equal(t, "k03", cancelled.Intents[0].Key)
+
+		_, err = b.client.List(ctx, &outbox.ListParams{Cursor: "garbage"})
+		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
+		_, err = b.client.List(ctx, &outbox.ListParams{Limit: 1001})
+		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
+		_, err = b.client.List(ctx, &outbox.ListParams{States: []outbox.State{"nope"}})
+		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		got, err := b.client.Cancel(ctx, "", "k")
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateCancelled, got.State)
+		require.NotNil(t, got.CompletedAt)
+		_, err = b.client.Cancel(ctx, "", "k")
+		require.ErrorIs(t, err, outbox.ErrNotCancellable)
+		_, err = b.client.Cancel(ctx, "", "missing")
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+
+		// A pending intent whose earlier attempt may have acted is not
+		// cancellable: that attempt may have charged the card.
+		_, err = b.enqueue(t, &outbox.EnqueueParams{Key: "maybe", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET maybe_sent = true WHERE key = 'maybe'")
+		require.NoError(t, err)
+		_, err = b.client.Cancel(ctx, "", "maybe")
+		require.ErrorIs(t, err, outbox.ErrNotCancellable)
+	})
+
+	t.Run("Resolve", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, k := range []string{"s", "f", "r"} {
+			_, err := b.enqueue(t, &outbox.EnqueueParams{Key: k, Effect: "noop", Args: map[string]any{}})
+			require.NoError(t, err)
+		}
+		_, err := b.client.Resolve(ctx, &outbox.ResolveParams{Key: "s", Outcome: outbox.OutcomeSucceeded})
+		require.ErrorIs(t, err, outbox.ErrNotUnknown)
+
+		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
+			" SET state = 'unknown', maybe_sent = true, job_id = 1, attempt = 3, completed_at = now()")
+		require.NoError(t, err)
+
+		s, err := b.client.Resolve(ctx, &outbox.ResolveParams{Key: "s", Outcome: outbox.OutcomeSucceeded, Note: "seen in the Stripe dashboard"})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateSucceeded, s.State)
+		require.Contains(t, string(s.Result), "seen in the Stripe dashboard")
+
+		f, err := b.client.Resolve(ctx, &outbox.ResolveParams{Key: "f", Outcome: outbox.OutcomeFailed, Note: "no such charge"})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateFailed, f.State)
+		require.Equal(t, "resolved_failed", f.Error.Code)
+
+		r, err := b.client.Resolve(ctx, &outbox.ResolveParams{Key: "r", Outcome: outbox.OutcomeRetry})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatePending, r.State)
+		require.Nil(t, r.JobID)
+		require.Nil(t, r.CompletedAt)
+		require.Equal(t, 3, r.Attempts, "the attempt number is the fencing token and never goes back")
+
+		_, err = b.client.Resolve(ctx, &outbox.ResolveParams{Key: "r", Outcome: "maybe"})
+		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
+	})
+}
+
+func TestWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+
+	t.Run("TimesOutWithTheIntent", func(t *testing.T) {
+		waitCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		got, err := b.client.Wait(waitCtx, "", "k")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Equal(t, outbox.StatePending, got.State)
+	})
+
+	t.Run("WakesOnTerminalChange", func(t *testing.T) {
+		type result struct {
+			intent *outbox.Intent
+			err    error
+		}
+		done := make(chan result, 1)
+		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		go func() {
+			i, err := b.client.Wait(waitCtx, "", "k")
+			done <- result{i, err}
+		}()
+		// Cancel fires the state-change notification the waiter listens for.
+		// Retry until the waiter is surely listening is not needed: Wait
+		// reads again after LISTEN.
+		time.Sleep(50 * time.Millisecond)
+		_, err := b.client.Cancel(ctx, "", "k")
+		require.NoError(t, err)
+		select {
+		case r := <-done:
+			require.NoError(t, r.err)
+			require.Equal(t, outbox.StateCancelled, r.intent.State)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait did not wake on the state change")
+		}
+	})
+
+	t.Run("NotFound", func(t *testing.T) {
+		_, err := b.client.Wait(ctx, "", "missing")
+		require.True(t, errors.Is(err, outbox.ErrNotFound))
+	})
+}

@@ -1,0 +1,263 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/workers"
+)
+
+// Defaults of Config.
+const (
+	DrainBatchSizeDefault    = 1000
+	DrainPollIntervalDefault = 2 * time.Second
+	PruneIntervalDefault     = 10 * time.Minute
+	WorkersDefault           = 50
+)
+
+// QueueMaintenance is the River queue of outbox's own periodic jobs.
+const QueueMaintenance = "outbox_maintenance"
+
+// Config configures a Dispatcher.
+type Config struct {
+	// DrainBatchSize is how many intents one drain transaction dispatches.
+	// Defaults to DrainBatchSizeDefault.
+	DrainBatchSize int
+
+	// DrainPollInterval is the drain's safety-net poll, for the case where a
+	// notification was lost (the listener was reconnecting). Defaults to
+	// DrainPollIntervalDefault.
+	DrainPollInterval time.Duration
+
+	// EffectTimeout is one attempt's deadline. River's job timeout is the
+	// claim's lease (twice this) and stuck jobs are rescued after three times
+	// this, so a crashed attempt is taken up again within that plus River's
+	// rescuer interval (30 s), not River's default hour. Defaults to
+	// workers.EffectTimeoutDefault.
+	EffectTimeout time.Duration
+
+	// Effects are the enabled effects; each gets a River queue of its own.
+	// Required.
+	Effects *effects.Registry
+
+	// FetchCooldown is River's minimum time between fetches of one queue.
+	// Defaults to River's (100 ms).
+	FetchCooldown time.Duration
+
+	// Logger receives the dispatcher's, the workers' and River's logs.
+	// Defaults to a logger that discards.
+	Logger *slog.Logger
+
+	// MaxAttempts is the number of attempts per intent. Defaults to
+	// workers.MaxAttemptsDefault.
+	MaxAttempts int
+
+	// Metrics receives the workers' metrics. Defaults to unregistered ones.
+	Metrics *workers.Metrics
+
+	// PruneInterval is how often terminal intents past Retention are pruned.
+	// Defaults to PruneIntervalDefault.
+	PruneInterval time.Duration
+
+	// Retention is how long terminal intents are kept. Defaults to
+	// workers.RetentionDefault.
+	Retention time.Duration
+
+	// Schema holds River's and outbox's tables. Defaults to "outbox".
+	Schema string
+
+	// Workers is the number of River workers per effect queue. Defaults to
+	// WorkersDefault.
+	Workers int
+}
+
+// Dispatcher drains intents into River jobs and runs River's workers.
+type Dispatcher struct {
+	drainer *drainer
+	logger  *slog.Logger
+	pool    *pgxpool.Pool
+	river   *river.Client[pgx.Tx]
+	stopTO  time.Duration
+	worker  *workers.IntentWorker
+
+	mu        sync.Mutex
+	cancel    context.CancelFunc
+	drainDone chan struct{}
+}
+
+// New returns a Dispatcher; Start runs it.
+func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
+	if config == nil || config.Effects == nil {
+		return nil, errors.New("dispatcher: Effects must be set")
+	}
+	c := *config
+	if c.DrainBatchSize == 0 {
+		c.DrainBatchSize = DrainBatchSizeDefault
+	}
+	if c.DrainPollInterval == 0 {
+		c.DrainPollInterval = DrainPollIntervalDefault
+	}
+	if c.EffectTimeout == 0 {
+		c.EffectTimeout = workers.EffectTimeoutDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = workers.MaxAttemptsDefault
+	}
+	if c.Metrics == nil {
+		c.Metrics = workers.NewMetrics(nil)
+	}
+	if c.PruneInterval == 0 {
+		c.PruneInterval = PruneIntervalDefault
+	}
+	if c.Retention == 0 {
+		c.Retention = workers.RetentionDefault
+	}
+	if c.Schema == "" {
+		c.Schema = "outbox"
+	}
+	if c.Workers == 0 {
+		c.Workers = WorkersDefault
+	}
+	if c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.MaxAttempts < 0 ||
+		c.PruneInterval < 0 || c.Retention < 0 || c.Workers < 0 {
+		return nil, errors.New("dispatcher: durations and sizes must be positive")
+	}
+	if len(c.Effects.Names()) == 0 {
+		return nil, errors.New("dispatcher: no effect is enabled")
+	}
+
+	worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{
+		EffectTimeout: c.EffectTimeout,
+		Effects:       c.Effects,
+		Logger:        c.Logger,
+		MaxAttempts:   c.MaxAttempts,
+		Metrics:       c.Metrics,
+		Schema:        c.Schema,
+	})
+	if err != nil {
+		return nil, err
+	}
+	pruner, err := workers.NewPruneWorker(pool, &workers.PruneWorkerConfig{
+		Logger:    c.Logger,
+		Retention: c.Retention,
+		Schema:    c.Schema,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	riverWorkers := river.NewWorkers()
+	if err := river.AddWorkerSafely(riverWorkers, worker); err != nil {
+		return nil, err
+	}
+	if err := river.AddWorkerSafely(riverWorkers, pruner); err != nil {
+		return nil, err
+	}
+	queues := map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}
+	for _, name := range c.Effects.Names() {
+		queues[name] = river.QueueConfig{MaxWorkers: c.Workers}
+	}
+	lease := workers.Lease(c.EffectTimeout)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchCooldown: c.FetchCooldown,
+		// River cancels an attempt's context at the end of its lease ...
+		JobTimeout: lease,
+		// ... and rescues it a little later, once the lease has surely
+		// expired, so the rescued attempt finds a lost outcome to handle
+		// instead of a live lease to wait for.
+		RescueStuckJobsAfter: lease + c.EffectTimeout,
+		Logger:               c.Logger,
+		MaxAttempts:          worker.MaxAttempts(),
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(c.PruneInterval), func() (river.JobArgs, *river.InsertOpts) {
+				return workers.PruneArgs{}, &river.InsertOpts{Queue: QueueMaintenance}
+			}, &river.PeriodicJobOpts{RunOnStart: true, ID: "outbox_prune"}),
+		},
+		Queues:  queues,
+		Schema:  c.Schema,
+		Workers: riverWorkers,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error creating River client: %w", err)
+	}
+
+	return &Dispatcher{
+		drainer: newDrainer(pool, client, &c, worker.MaxAttempts()),
+		logger:  c.Logger,
+		pool:    pool,
+		river:   client,
+		stopTO:  c.EffectTimeout,
+		worker:  worker,
+	}, nil
+}
+
+// River returns the dispatcher's River client, for operators' tools (River
+// UI) and tests.
+func (d *Dispatcher) River() *river.Client[pgx.Tx] { return d.river }
+
+// Drain dispatches every committed pending intent that has no job yet and
+// returns how many it took. Start runs it continuously; this is for tools and
+// tests.
+func (d *Dispatcher) Drain(ctx context.Context) (int, error) { return d.drainer.drainAll(ctx) }
+
+// Start starts the workers, River and the drain. It returns once they run.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cancel != nil {
+		return errors.New("dispatcher: already started")
+	}
+	d.worker.Start()
+	if err := d.river.Start(ctx); err != nil {
+		d.worker.Stop()
+		return fmt.Errorf("error starting River: %w", err)
+	}
+	drainCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel = cancel
+	d.drainDone = make(chan struct{})
+	go func() {
+		defer close(d.drainDone)
+		d.drainer.run(drainCtx)
+	}()
+	return nil
+}
+
+// Stop stops gracefully: the drain first, then River stops fetching and lets
+// running attempts finish within the effect timeout (after which their
+// contexts are cancelled), and last the workers' batchers write what the
+// attempts left. ctx bounds the whole stop.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cancel == nil {
+		return nil
+	}
+	d.cancel()
+	<-d.drainDone
+
+	softCtx, cancel := context.WithTimeout(ctx, d.stopTO)
+	err := d.river.Stop(softCtx)
+	cancel()
+	if err != nil {
+		d.logger.WarnContext(ctx, "attempts still running after the effect timeout; cancelling them")
+		if err := d.river.StopAndCancel(ctx); err != nil {
+			return fmt.Errorf("error stopping River: %w", err)
+		}
+	}
+	d.worker.Stop()
+	d.cancel = nil
+	return nil
+}

@@ -1,0 +1,25 @@
+// Package outbox is the write side of the outbox: a service records an
+// intended side effect (an intent: effect name, arguments and idempotency key)
+// in Postgres inside its own transaction, and the dispatcher executes it once.
+//
+// An enqueue writes exactly one row, in one statement, in the caller's
+// transaction, so a rolled-back caller leaves nothing behind and a committed
+// one leaves an intent that will be executed. The caller needs no River
+// client. Duplicates of a key are answered with the first intent, whatever
+// its state; a key reused for another action is refused with ErrKeyReused.
+//
+//	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry})
+//	...
+//	tx, err := pool.Begin(ctx)
+//	...
+//	res, err := client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{
+//		Key:    "order-1234-charge",
+//		Effect: "charge",
+//		Args:   map[string]any{"customer": "cus_1", "amount": 1999, "currency": "eur"},
+//	})
+//	...
+//	err = tx.Commit(ctx)
+//
+// Reads (Get, List, Wait) and the operator's Cancel and Resolve work on the
+// client's pool.
+package outbox

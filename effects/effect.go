@@ -1,0 +1,178 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+)
+
+// Guarantee is what an effect's provider offers against repeated requests,
+// and so what the worker may do after an attempt whose outcome was lost.
+type Guarantee string
+
+const (
+	// GuaranteeDeduplicated means the provider dedupes on the provider key for
+	// a window (Stripe: 24 h). A lost outcome is retried with the same key
+	// while the intent is younger than the window, and ends unknown after.
+	GuaranteeDeduplicated Guarantee = "deduplicated"
+
+	// GuaranteeReconcilable means the provider can be asked, by provider key,
+	// whether the effect exists. A lost outcome is looked up once its lease
+	// expired: found means succeeded, not found means send again.
+	GuaranteeReconcilable Guarantee = "reconcilable"
+
+	// GuaranteeAtMostOnce means neither: a lost outcome ends unknown and is
+	// never sent again without an operator.
+	GuaranteeAtMostOnce Guarantee = "at_most_once"
+)
+
+// Valid reports whether g is one of the three guarantees.
+func (g Guarantee) Valid() bool {
+	switch g {
+	case GuaranteeDeduplicated, GuaranteeReconcilable, GuaranteeAtMostOnce:
+		return true
+	}
+	return false
+}
+
+// DedupeWindowDefault is the dedupe window assumed for a deduplicated effect
+// that does not implement DedupeWindower. It is Stripe's.
+const DedupeWindowDefault = 24 * time.Hour
+
+// Request is one attempt at an effect.
+type Request struct {
+	// Args are the intent's arguments, already validated.
+	Args json.RawMessage
+	// Attempt is the intent's attempt number for this execution, starting at 1.
+	Attempt int
+	// IntentID is the intent's id, for logs.
+	IntentID int64
+	// Namespace is the intent's namespace.
+	Namespace string
+	// ProviderKey is the stable key to send to the provider: the same for
+	// every attempt of one intent, and free of the caller's key and arguments.
+	ProviderKey string
+}
+
+// Effect is a named kind of side effect. Implementations must be safe for
+// concurrent use.
+type Effect interface {
+	// Name is the effect's stable name, as callers write it in intents:
+	// lowercase letters, digits and underscores.
+	Name() string
+
+	// Guarantee is the provider's guarantee against repeats.
+	Guarantee() Guarantee
+
+	// ValidateArgs checks an intent's arguments, a JSON object. It returns an
+	// *ArgError naming the offending field, and must not call the provider.
+	ValidateArgs(args json.RawMessage) error
+
+	// Execute performs the effect once, passing req.ProviderKey to the
+	// provider where it can dedupe on it. It returns the provider's answer
+	// (stored as the intent's result) or an error classified with NotSent,
+	// Permanent or Ambiguous. ctx carries the attempt's deadline.
+	Execute(ctx context.Context, req *Request) (json.RawMessage, error)
+}
+
+// Reconciler is implemented by reconcilable effects: Lookup asks the provider
+// whether the effect for providerKey exists, and returns its result if so.
+type Reconciler interface {
+	Lookup(ctx context.Context, providerKey string) (result json.RawMessage, found bool, err error)
+}
+
+// DedupeWindower is implemented by deduplicated effects whose provider keeps
+// keys for a window other than DedupeWindowDefault.
+type DedupeWindower interface {
+	DedupeWindow() time.Duration
+}
+
+// DedupeWindow returns e's dedupe window.
+func DedupeWindow(e Effect) time.Duration {
+	if w, ok := e.(DedupeWindower); ok {
+		return w.DedupeWindow()
+	}
+	return DedupeWindowDefault
+}
+
+// ArgError is an argument validation failure: which field, and what is wrong.
+type ArgError struct {
+	// Field is the JSON path of the offending field ("to[2]", "amount"), or
+	// empty for the arguments as a whole.
+	Field string
+	// Message says what was expected.
+	Message string
+}
+
+func (e *ArgError) Error() string {
+	if e.Field == "" {
+		return "invalid args: " + e.Message
+	}
+	return fmt.Sprintf("invalid args: %s: %s", e.Field, e.Message)
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// Registry is the set of enabled effects, by name. It is built once at start
+// and read concurrently after.
+type Registry struct {
+	byName map[string]Effect
+}
+
+// NewRegistry returns a registry of effects. It refuses duplicate or invalid
+// names, unknown guarantees, and reconcilable effects without a Lookup.
+func NewRegistry(effects ...Effect) (*Registry, error) {
+	r := &Registry{byName: make(map[string]Effect, len(effects))}
+	for _, e := range effects {
+		if err := r.Register(e); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Register adds an effect. It must not be called once the registry is in use.
+func (r *Registry) Register(e Effect) error {
+	name := e.Name()
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("effect name %q must match %s", name, nameRE)
+	}
+	if _, ok := r.byName[name]; ok {
+		return fmt.Errorf("effect %q registered twice", name)
+	}
+	if !e.Guarantee().Valid() {
+		return fmt.Errorf("effect %q has unknown guarantee %q", name, e.Guarantee())
+	}
+	if e.Guarantee() == GuaranteeReconcilable {
+		if _, ok := e.(Reconciler); !ok {
+			return fmt.Errorf("effect %q is reconcilable but does not implement Lookup", name)
+		}
+	}
+	r.byName[name] = e
+	return nil
+}
+
+// Get returns the effect called name.
+func (r *Registry) Get(name string) (Effect, bool) {
+	if r == nil {
+		return nil, false
+	}
+	e, ok := r.byName[name]
+	return e, ok
+}
+
+// Names returns the registered effects' names, sorted.
+func (r *Registry) Names() []string {
+	if r == nil {
+		return nil
+	}
+	names := make([]string, 0, len(r.byName))
+	for n := range r.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

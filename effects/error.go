@@ -1,0 +1,74 @@
+package effects
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Class is what an effect's error says about the provider's side.
+type Class string
+
+const (
+	// ClassNotSent means nothing reached the provider (connection refused, a
+	// 429 or 503 the provider documents as not processed). The intent goes
+	// back to pending and is retried with backoff.
+	ClassNotSent Class = "not_sent"
+
+	// ClassPermanent means the provider refused definitively (card declined,
+	// invalid address). The intent fails and is never retried.
+	ClassPermanent Class = "permanent"
+
+	// ClassAmbiguous means the request may have been processed (timeout after
+	// sending, connection reset, a 5xx). It is handled as a lost outcome, per
+	// the effect's guarantee.
+	ClassAmbiguous Class = "ambiguous"
+)
+
+// Error is an effect error with its class and, for permanent errors, the code
+// stored in the intent's error (for example "card_declined").
+type Error struct {
+	Class Class
+	// Code is a stable snake_case code for the intent's error.
+	Code string
+	// Err is the underlying error; its message is stored in the intent, so it
+	// must not contain secrets.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return string(e.Class) + ": " + e.Code
+	}
+	return fmt.Sprintf("%s (%s): %v", e.Class, e.Code, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// NotSent classifies err as "nothing reached the provider".
+func NotSent(code string, err error) error {
+	return &Error{Class: ClassNotSent, Code: code, Err: err}
+}
+
+// Permanent classifies err as a definitive refusal with code.
+func Permanent(code string, err error) error {
+	return &Error{Class: ClassPermanent, Code: code, Err: err}
+}
+
+// Ambiguous classifies err as "the request may have been processed".
+func Ambiguous(code string, err error) error {
+	return &Error{Class: ClassAmbiguous, Code: code, Err: err}
+}
+
+// Classify returns err's class and code. An error that no effect classified is
+// ambiguous: assuming "not sent" could send an effect twice.
+func Classify(err error) (Class, string) {
+	var e *Error
+	if errors.As(err, &e) {
+		code := e.Code
+		if code == "" {
+			code = string(e.Class)
+		}
+		return e.Class, code
+	}
+	return ClassAmbiguous, "ambiguous"
+}

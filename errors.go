@@ -1,0 +1,103 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes, as the HTTP API, MCP and the command line report them.
+const (
+	CodeBodyTooLarge          = "body_too_large"
+	CodeIdempotencyKeyReused  = "idempotency_key_reused"
+	CodeIdempotencyKeyMissing = "idempotency_key_required"
+	CodeInvalidArgs           = "invalid_args"
+	CodeInvalidJSON           = "invalid_json"
+	CodeInvalidKey            = "invalid_key"
+	CodeNotCancellable        = "not_cancellable"
+	CodeNotFound              = "not_found"
+	CodeNotUnknown            = "not_unknown"
+	CodeUnknownEffect         = "unknown_effect"
+)
+
+// Error is an outbox error with a stable code and, for bad input, the field it
+// concerns. Every sentinel below is an *Error, and errors.Is matches any
+// *Error with the sentinel's code, so callers write
+// errors.Is(err, outbox.ErrInvalidArgs) and errors.As(err, &outboxErr).
+type Error struct {
+	// Code is one of the Code constants.
+	Code string
+	// Field names the offending input ("key", "args.amount"), if any.
+	Field string
+	// Message explains the error.
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s: %s", e.Code, e.Field, e.Message)
+	}
+	if e.Message != "" {
+		return e.Code + ": " + e.Message
+	}
+	return e.Code
+}
+
+// Is matches another *Error with the same code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+var (
+	// ErrBodyTooLarge is a request body over the API's limit.
+	ErrBodyTooLarge = &Error{Code: CodeBodyTooLarge}
+	// ErrKeyReused is a key already used for another action (other effect or
+	// other args). Errors carrying it are *KeyReusedError.
+	ErrKeyReused = &Error{Code: CodeIdempotencyKeyReused}
+	// ErrKeyRequired is a mutating API call without an idempotency key.
+	ErrKeyRequired = &Error{Code: CodeIdempotencyKeyMissing}
+	// ErrInvalidArgs is arguments that fail the effect's validation.
+	ErrInvalidArgs = &Error{Code: CodeInvalidArgs}
+	// ErrInvalidJSON is a request body that is not valid JSON of the expected shape.
+	ErrInvalidJSON = &Error{Code: CodeInvalidJSON}
+	// ErrInvalidKey is a key (or namespace) that is not 1 to 255 printable
+	// ASCII characters.
+	ErrInvalidKey = &Error{Code: CodeInvalidKey}
+	// ErrNotCancellable is a cancel of an intent that is no longer pending, or
+	// whose earlier attempt may have reached the provider.
+	ErrNotCancellable = &Error{Code: CodeNotCancellable}
+	// ErrNotFound is a key with no intent in the namespace.
+	ErrNotFound = &Error{Code: CodeNotFound}
+	// ErrNotUnknown is a resolve of an intent that is not unknown.
+	ErrNotUnknown = &Error{Code: CodeNotUnknown}
+	// ErrUnknownEffect is an effect that is not enabled.
+	ErrUnknownEffect = &Error{Code: CodeUnknownEffect}
+)
+
+// KeyReusedError is returned when a key was first used for another action. It
+// carries the existing intent.
+type KeyReusedError struct {
+	// Existing is the intent first recorded under the key.
+	Existing *Intent
+}
+
+func (e *KeyReusedError) Error() string {
+	return fmt.Sprintf("%s: key %q was first used for another action (effect %s)",
+		CodeIdempotencyKeyReused, e.Existing.Key, e.Existing.Effect)
+}
+
+// Is matches ErrKeyReused.
+func (e *KeyReusedError) Is(target error) bool { return target == ErrKeyReused }
+
+// ErrorCode returns the outbox code of err ("" when err carries none).
+func ErrorCode(err error) string {
+	var ke *KeyReusedError
+	if errors.As(err, &ke) {
+		return CodeIdempotencyKeyReused
+	}
+	var oe *Error
+	if errors.As(err, &oe) {
+		return oe.Code
+	}
+	return ""
+}

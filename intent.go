@@ -1,0 +1,125 @@
+package outbox
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// State is an intent's state.
+type State string
+
+const (
+	// StatePending is recorded and waiting for a worker, or for a retry after
+	// an attempt that surely did not reach the provider.
+	StatePending State = "pending"
+	// StateRunning means an attempt holds a lease; the provider may have been
+	// called.
+	StateRunning State = "running"
+	// StateSucceeded means the provider confirmed the effect.
+	StateSucceeded State = "succeeded"
+	// StateFailed is a definitive failure.
+	StateFailed State = "failed"
+	// StateUnknown means an attempt may have reached a provider that can
+	// neither dedupe nor be asked, and its outcome was lost. Only an operator
+	// moves it on (Resolve).
+	StateUnknown State = "unknown"
+	// StateCancelled means cancelled before any attempt could have reached the
+	// provider.
+	StateCancelled State = "cancelled"
+)
+
+// Terminal reports whether s is final for workers.
+func (s State) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateUnknown, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is a known state.
+func (s State) Valid() bool {
+	return s == StatePending || s == StateRunning || s.Terminal()
+}
+
+// KeySource says where an intent's key came from.
+type KeySource string
+
+const (
+	// KeySourceExplicit is a key the caller gave.
+	KeySourceExplicit KeySource = "explicit"
+	// KeySourceAuto is a key derived from the call itself (MCP's fallback).
+	KeySourceAuto KeySource = "auto"
+)
+
+// IntentError is the error recorded on a failed (or unknown) intent.
+type IntentError struct {
+	// Code is a stable snake_case code, such as "card_declined".
+	Code string `json:"code"`
+	// Message is a human-readable explanation, free of secrets.
+	Message string `json:"message"`
+}
+
+// Intent is one logical action, identified by (Namespace, Key).
+type Intent struct {
+	// ID is the intent's id; every enqueue of one key answers with the same.
+	ID int64 `json:"id"`
+	// Namespace is the tenant the intent belongs to.
+	Namespace string `json:"namespace"`
+	// Key is the caller's idempotency key.
+	Key string `json:"key"`
+	// Effect is the effect's name.
+	Effect string `json:"effect"`
+	// Args are the effect's arguments, a JSON object.
+	Args json.RawMessage `json:"args"`
+	// State is where the intent stands.
+	State State `json:"state"`
+	// Attempts counts the attempts that claimed the intent.
+	Attempts int `json:"attempts"`
+	// Result is the provider's answer once succeeded.
+	Result json.RawMessage `json:"result"`
+	// Error is set on failed intents, and on others after a failed attempt.
+	Error *IntentError `json:"error"`
+	// ProviderKey is the key sent to the provider, derived from
+	// (Namespace, Key) and free of both.
+	ProviderKey string `json:"provider_key"`
+	// RequestedBy optionally names who asked (an agent, a user).
+	RequestedBy *string `json:"requested_by"`
+	// KeySource says whether the key was given or derived.
+	KeySource KeySource `json:"key_source"`
+	// CreatedAt is when the intent was first enqueued.
+	CreatedAt time.Time `json:"created_at"`
+	// UpdatedAt is the last state change.
+	UpdatedAt time.Time `json:"updated_at"`
+	// CompletedAt is when the intent became terminal.
+	CompletedAt *time.Time `json:"completed_at"`
+
+	// JobID is the River job executing the intent, once dispatched.
+	JobID *int64 `json:"-"`
+	// LeaseExpiresAt is when the running attempt's lease ends.
+	LeaseExpiresAt *time.Time `json:"-"`
+	// MaybeSent reports whether any attempt may have reached the provider.
+	MaybeSent bool `json:"-"`
+}
+
+// intentColumns lists the columns scanned by scanIntent, in its order.
+var intentColumns = []string{
+	"id", "namespace", "key", "effect", "args", "state", "attempt", "result", "error",
+	"provider_key", "requested_by", "key_source", "created_at", "updated_at", "completed_at",
+	"job_id", "lease_expires_at", "maybe_sent",
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanIntent(row scanner, extra ...any) (*Intent, error) {
+	var i Intent
+	dest := []any{
+		&i.ID, &i.Namespace, &i.Key, &i.Effect, &i.Args, &i.State, &i.Attempts, &i.Result, &i.Error,
+		&i.ProviderKey, &i.RequestedBy, &i.KeySource, &i.CreatedAt, &i.UpdatedAt, &i.CompletedAt,
+		&i.JobID, &i.LeaseExpiresAt, &i.MaybeSent,
+	}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	return &i, nil
+}

@@ -1,0 +1,54 @@
+package outbox
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+)
+
+// NamespaceDefault is the namespace of callers that name none.
+const NamespaceDefault = "default"
+
+// KeyMaxLength is the longest key accepted.
+const KeyMaxLength = 255
+
+// NamespaceMaxLength is the longest namespace accepted.
+const NamespaceMaxLength = 64
+
+// ValidateKey checks an idempotency key: 1 to 255 printable ASCII characters
+// (0x21 to 0x7E). It returns an *Error with code invalid_key.
+func ValidateKey(key string) error {
+	return validateToken("key", key, KeyMaxLength)
+}
+
+// ValidateNamespace checks a namespace: 1 to 64 printable ASCII characters.
+func ValidateNamespace(namespace string) error {
+	return validateToken("namespace", namespace, NamespaceMaxLength)
+}
+
+func validateToken(field, s string, maxLen int) error {
+	if s == "" {
+		return &Error{Code: CodeInvalidKey, Field: field, Message: "must not be empty"}
+	}
+	if len(s) > maxLen {
+		return &Error{Code: CodeInvalidKey, Field: field, Message: "must be at most " + strconv.Itoa(maxLen) + " characters"}
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
+			return &Error{Code: CodeInvalidKey, Field: field, Message: "must be printable ASCII (0x21 to 0x7E) without spaces; byte " + strconv.Itoa(i) + " is not"}
+		}
+	}
+	return nil
+}
+
+// ProviderKey is the key sent to providers for the intent (namespace, key). It
+// is the same derivation as the SQL function outbox_provider_key, which is the
+// one actually used; this copy lets tests and tools compute it without a
+// database.
+func ProviderKey(namespace, key string) string {
+	h := sha256.New()
+	h.Write([]byte(namespace))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return "obx_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,345 @@
+// Package migrations holds outbox's embedded SQL migrations and applies them,
+// after River's own, in one schema under an advisory lock.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// SchemaDefault is the schema used when none is given.
+const SchemaDefault = "outbox"
+
+// Migration is one of outbox's own migrations.
+type Migration struct {
+	// Name is derived from the file name: "intents" for 001_intents.up.sql.
+	Name string
+	// Version is the migration's number: 1 for 001_intents.up.sql.
+	Version int
+
+	down string
+	up   string
+}
+
+var fileRE = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
+
+// All returns outbox's migrations in version order.
+func All() []Migration {
+	byVersion := map[int]*Migration{}
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		panic(err) // embedded: cannot fail
+	}
+	for _, e := range entries {
+		m := fileRE.FindStringSubmatch(e.Name())
+		if m == nil {
+			panic("migrations: unexpected file " + e.Name())
+		}
+		version, _ := strconv.Atoi(m[1])
+		body, err := files.ReadFile(e.Name())
+		if err != nil {
+			panic(err)
+		}
+		mig := byVersion[version]
+		if mig == nil {
+			mig = &Migration{Name: m[2], Version: version}
+			byVersion[version] = mig
+		}
+		if m[3] == "up" {
+			mig.up = string(body)
+		} else {
+			mig.down = string(body)
+		}
+	}
+	all := make([]Migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		all = append(all, *m)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Version < all[j].Version })
+	return all
+}
+
+// Latest is the version of the newest migration.
+func Latest() int {
+	all := All()
+	return all[len(all)-1].Version
+}
+
+// ChannelPending is the notification channel on which every enqueue that
+// creates an intent in schema wakes the dispatcher's drain.
+func ChannelPending(schema string) string { return schema + ".intent_pending" }
+
+// ChannelChanged is the notification channel that carries every intent state
+// change in schema, with payload "<intent id> <state>".
+func ChannelChanged(schema string) string { return schema + ".intent_changed" }
+
+// render fills a migration's placeholders for schema.
+func render(sql, schema string) string {
+	literal := func(s string) string { return strings.ReplaceAll(s, "'", "''") }
+	return strings.NewReplacer(
+		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
+		"{{channel_pending}}", literal(ChannelPending(schema)),
+		"{{channel_changed}}", literal(ChannelChanged(schema)),
+	).Replace(sql)
+}
+
+// Migrator applies River's migrations and then outbox's in one schema.
+type Migrator struct {
+	pool   *pgxpool.Pool
+	river  *rivermigrate.Migrator[pgx.Tx]
+	schema string
+}
+
+// New returns a Migrator for schema (SchemaDefault when empty).
+func New(pool *pgxpool.Pool, schema string) (*Migrator, error) {
+	if schema == "" {
+		schema = SchemaDefault
+	}
+	river, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
+	if err != nil {
+		return nil, fmt.Errorf("error creating River migrator: %w", err)
+	}
+	return &Migrator{pool: pool, river: river, schema: schema}, nil
+}
+
+// Applied is one applied migration in a Result.
+type Applied struct {
+	// Component is "river" or "outbox".
+	Component string
+	Name      string
+	Version   int
+}
+
+// Result lists the migrations an Up or Down applied or reverted.
+type Result struct {
+	Applied []Applied
+}
+
+// Status is the state of a schema's migrations.
+type Status struct {
+	// OutboxCurrent is the newest outbox migration applied (0 for none).
+	OutboxCurrent int
+	// OutboxLatest is the newest outbox migration this binary knows.
+	OutboxLatest int
+	// RiverCurrent is the newest River migration applied (0 for none).
+	RiverCurrent int
+	// RiverLatest is the newest River migration this binary knows.
+	RiverLatest int
+}
+
+// UpToDate reports whether every known migration is applied.
+func (s *Status) UpToDate() bool {
+	return s.OutboxCurrent == s.OutboxLatest && s.RiverCurrent == s.RiverLatest
+}
+
+// withLock runs fn while holding a session-level advisory lock for the
+// schema on a dedicated connection, and hands fn a transaction on that
+// connection for outbox's own migrations. Replicas starting together queue on
+// the lock; the second one then finds every migration applied and does
+// nothing. River's migrations run in transactions of their own (one of them
+// adds an enum value, which Postgres refuses to use in the transaction that
+// added it), on other connections, still under the lock. If the process dies,
+// its session ends and the lock is released.
+func (m *Migrator) withLock(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	conn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("error acquiring migration connection: %w", err)
+	}
+	defer conn.Release()
+
+	h := fnv.New64a()
+	h.Write([]byte("outbox.migrate:" + m.schema))
+	lockID := int64(h.Sum64())
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+		return fmt.Errorf("error taking migration lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID) //nolint:errcheck // released with the session anyway
+
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("error beginning migration transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("error committing migrations: %w", err)
+	}
+	return nil
+}
+
+func (m *Migrator) ensureTable(ctx context.Context, tx pgx.Tx) error {
+	schema := pgx.Identifier{m.schema}.Sanitize()
+	_, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema+`;
+		CREATE TABLE IF NOT EXISTS `+schema+`.outbox_migration (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now()
+		)`)
+	if err != nil {
+		return fmt.Errorf("error creating migration table: %w", err)
+	}
+	return nil
+}
+
+func (m *Migrator) current(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (int, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("error reading migration state: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var version int
+	err := q.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()).Scan(&version)
+	if err != nil {
+		return 0, fmt.Errorf("error reading migration state: %w", err)
+	}
+	return version, nil
+}
+
+// Up applies every pending migration: River's first, because outbox's
+// dispatcher inserts into River's tables, then outbox's.
+func (m *Migrator) Up(ctx context.Context) (*Result, error) {
+	res := &Result{}
+	err := m.withLock(ctx, func(tx pgx.Tx) error {
+		// The schema must exist, and be committed, before River migrates
+		// into it on its own connections.
+		if _, err := m.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{m.schema}.Sanitize()); err != nil {
+			return fmt.Errorf("error creating schema: %w", err)
+		}
+		riverRes, err := m.river.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		if err != nil {
+			return fmt.Errorf("error applying River migrations: %w", err)
+		}
+		for _, v := range riverRes.Versions {
+			res.Applied = append(res.Applied, Applied{Component: "river", Name: v.Name, Version: v.Version})
+		}
+		if err := m.ensureTable(ctx, tx); err != nil {
+			return err
+		}
+		current, err := m.current(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, mig := range All() {
+			if mig.Version <= current {
+				continue
+			}
+			if _, err := tx.Exec(ctx, render(mig.up, m.schema)); err != nil {
+				return fmt.Errorf("error applying migration %03d_%s: %w", mig.Version, mig.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()+` (version, name) VALUES ($1, $2)`, mig.Version, mig.Name); err != nil {
+				return fmt.Errorf("error recording migration %03d_%s: %w", mig.Version, mig.Name, err)
+			}
+			res.Applied = append(res.Applied, Applied{Component: "outbox", Name: mig.Name, Version: mig.Version})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// DownOpts are options for Down.
+type DownOpts struct {
+	// All reverts every outbox migration and then every River migration,
+	// leaving an empty schema. Without it, Down reverts only the newest
+	// outbox migration. Defaults to false.
+	All bool
+}
+
+// Down reverts the newest outbox migration, or with opts.All everything.
+func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*Result, error) {
+	if opts == nil {
+		opts = &DownOpts{}
+	}
+	res := &Result{}
+	err := m.withLock(ctx, func(tx pgx.Tx) error {
+		current, err := m.current(ctx, tx)
+		if err != nil {
+			return err
+		}
+		all := All()
+		for i := len(all) - 1; i >= 0; i-- {
+			mig := all[i]
+			if mig.Version > current {
+				continue
+			}
+			if _, err := tx.Exec(ctx, render(mig.down, m.schema)); err != nil {
+				return fmt.Errorf("error reverting migration %03d_%s: %w", mig.Version, mig.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()+` WHERE version = $1`, mig.Version); err != nil {
+				return fmt.Errorf("error recording migration %03d_%s: %w", mig.Version, mig.Name, err)
+			}
+			res.Applied = append(res.Applied, Applied{Component: "outbox", Name: mig.Name, Version: mig.Version})
+			if !opts.All {
+				return nil
+			}
+		}
+		if !opts.All {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()); err != nil {
+			return fmt.Errorf("error dropping migration table: %w", err)
+		}
+		riverRes, err := m.river.MigrateTx(ctx, tx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1})
+		if err != nil {
+			return fmt.Errorf("error reverting River migrations: %w", err)
+		}
+		for _, v := range riverRes.Versions {
+			res.Applied = append(res.Applied, Applied{Component: "river", Name: v.Name, Version: v.Version})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Status reports which migrations are applied.
+func (m *Migrator) Status(ctx context.Context) (*Status, error) {
+	st := &Status{OutboxLatest: Latest()}
+	riverAll := m.river.AllVersions()
+	st.RiverLatest = riverAll[len(riverAll)-1].Version
+
+	current, err := m.current(ctx, m.pool)
+	if err != nil {
+		return nil, err
+	}
+	st.OutboxCurrent = current
+
+	existing, err := m.river.ExistingVersions(ctx)
+	if err != nil {
+		var pgErr interface{ SQLState() string }
+		// No river_migration table yet: nothing of River's is applied.
+		if !errors.As(err, &pgErr) || pgErr.SQLState() != "42P01" {
+			return nil, fmt.Errorf("error reading River migration state: %w", err)
+		}
+	}
+	for _, v := range existing {
+		st.RiverCurrent = max(st.RiverCurrent, v.Version)
+	}
+	return st, nil
+}

@@ -1,0 +1,287 @@
+package outbox
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Get returns the intent (namespace, key), or ErrNotFound.
+func (c *Client) Get(ctx context.Context, namespace, key string) (*Intent, error) {
+	return c.get(ctx, c.pool, namespace, key)
+}
+
+func (c *Client) get(ctx context.Context, q Executor, namespace, key string) (*Intent, error) {
+	if namespace == "" {
+		namespace = NamespaceDefault
+	}
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	intent, err := scanIntent(q.QueryRow(ctx, c.sqlGet, namespace, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &Error{Code: CodeNotFound, Message: "no intent with this key"}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading intent: %w", err)
+	}
+	return intent, nil
+}
+
+// ListLimitDefault and ListLimitMax bound List's page size.
+const (
+	ListLimitDefault = 100
+	ListLimitMax     = 1000
+)
+
+// ListParams filters List.
+type ListParams struct {
+	// Cursor continues a previous listing (ListResult.NextCursor). Defaults
+	// to the newest intents.
+	Cursor string
+	// Effect keeps only intents of this effect. Defaults to all.
+	Effect string
+	// Limit is the page size, at most ListLimitMax. Defaults to
+	// ListLimitDefault.
+	Limit int
+	// Namespace is the tenant. Defaults to NamespaceDefault.
+	Namespace string
+	// States keeps only intents in these states. Defaults to all.
+	States []State
+}
+
+// ListResult is a page of intents, newest first.
+type ListResult struct {
+	// Intents is the page.
+	Intents []*Intent
+	// NextCursor fetches the next page; empty on the last one.
+	NextCursor string
+}
+
+// List returns intents of a namespace, newest first, a page at a time.
+func (c *Client) List(ctx context.Context, params *ListParams) (*ListResult, error) {
+	if params == nil {
+		params = &ListParams{}
+	}
+	namespace := params.Namespace
+	if namespace == "" {
+		namespace = NamespaceDefault
+	}
+	limit := params.Limit
+	switch {
+	case limit == 0:
+		limit = ListLimitDefault
+	case limit < 0 || limit > ListLimitMax:
+		return nil, &Error{Code: CodeInvalidArgs, Field: "limit", Message: "must be between 1 and " + strconv.Itoa(ListLimitMax)}
+	}
+	states := make([]string, 0, len(params.States))
+	for _, s := range params.States {
+		if !s.Valid() {
+			return nil, &Error{Code: CodeInvalidArgs, Field: "state", Message: fmt.Sprintf("unknown state %q", s)}
+		}
+		states = append(states, string(s))
+	}
+	var before int64
+	if params.Cursor != "" {
+		var err error
+		if before, err = decodeCursor(params.Cursor); err != nil {
+			return nil, err
+		}
+	}
+
+	// One row more than the page tells whether there is a next page.
+	rows, err := c.pool.Query(ctx, c.sqlList, namespace, states, params.Effect, before, limit+1)
+	if err != nil {
+		return nil, fmt.Errorf("error listing intents: %w", err)
+	}
+	defer rows.Close()
+	res := &ListResult{Intents: make([]*Intent, 0, limit)}
+	for rows.Next() {
+		intent, err := scanIntent(rows)
+		if err != nil {
+			return nil, fmt.Errorf("error listing intents: %w", err)
+		}
+		res.Intents = append(res.Intents, intent)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error listing intents: %w", err)
+	}
+	if len(res.Intents) > limit {
+		res.Intents = res.Intents[:limit]
+		res.NextCursor = encodeCursor(res.Intents[limit-1].ID)
+	}
+	return res, nil
+}
+
+// Cursors are opaque to callers; today they hold the last id seen.
+func encodeCursor(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("id:" + strconv.FormatInt(id, 10)))
+}
+
+func decodeCursor(cursor string) (int64, error) {
+	bad := &Error{Code: CodeInvalidArgs, Field: "cursor", Message: "is not a cursor returned by a listing"}
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return 0, bad
+	}
+	s, ok := strings.CutPrefix(string(raw), "id:")
+	if !ok {
+		return 0, bad
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, bad
+	}
+	return id, nil
+}
+
+// Wait blocks until the intent (namespace, key) is terminal and returns it.
+// It listens for the notification each state change fires, so it wakes at
+// once and never polls. When ctx ends first, it returns the intent as it last
+// read it together with ctx's error.
+func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, error) {
+	// Read once without a connection of our own: most waits are for intents
+	// that are already terminal.
+	intent, err := c.Get(ctx, namespace, key)
+	if err != nil || intent.State.Terminal() {
+		return intent, err
+	}
+
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return intent, fmt.Errorf("error acquiring connection to wait: %w", err)
+	}
+	defer conn.Release()
+	channel := pgx.Identifier{c.channelChanged}.Sanitize()
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return intent, fmt.Errorf("error listening: %w", err)
+	}
+	defer func() {
+		// A connection cancelled mid-wait is closed by pgx and discarded by
+		// the pool; otherwise stop listening before it goes back.
+		if !conn.Conn().IsClosed() {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "UNLISTEN "+channel)
+		}
+	}()
+
+	// Read again now that we listen: a change between the first read and
+	// LISTEN would otherwise be missed.
+	if intent, err = c.get(ctx, conn, namespace, key); err != nil || intent.State.Terminal() {
+		return intent, err
+	}
+	prefix := strconv.FormatInt(intent.ID, 10) + " "
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return intent, ctx.Err()
+			}
+			return intent, fmt.Errorf("error waiting for notification: %w", err)
+		}
+		state, ok := strings.CutPrefix(n.Payload, prefix)
+		if !ok || !State(state).Terminal() {
+			continue
+		}
+		if intent, err = c.get(ctx, conn, namespace, key); err != nil || intent.State.Terminal() {
+			return intent, err
+		}
+	}
+}
+
+// Cancel moves a pending intent to cancelled. It returns ErrNotCancellable
+// when the intent is no longer pending, or when an earlier attempt of it may
+// have reached the provider, and ErrNotFound when there is no such intent.
+func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, error) {
+	if namespace == "" {
+		namespace = NamespaceDefault
+	}
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	intent, err := scanIntent(c.pool.QueryRow(ctx, c.sqlCancel, namespace, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		current, err := c.Get(ctx, namespace, key)
+		if err != nil {
+			return nil, err
+		}
+		msg := "intent is " + string(current.State)
+		if current.State == StatePending {
+			msg = "an earlier attempt may have reached the provider"
+		}
+		return nil, &Error{Code: CodeNotCancellable, Message: msg}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error cancelling intent: %w", err)
+	}
+	return intent, nil
+}
+
+// Outcome is an operator's decision about an unknown intent.
+type Outcome string
+
+const (
+	// OutcomeSucceeded records that the effect did happen.
+	OutcomeSucceeded Outcome = "succeeded"
+	// OutcomeFailed records that it did not, and must not be sent again.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeRetry sends it again, knowingly.
+	OutcomeRetry Outcome = "retry"
+)
+
+// ResolveParams is an operator's resolution of an unknown intent.
+type ResolveParams struct {
+	// Key is the intent's key.
+	Key string
+	// Namespace is the tenant. Defaults to NamespaceDefault.
+	Namespace string
+	// Note says why, for the record.
+	Note string
+	// Outcome is the decision.
+	Outcome Outcome
+}
+
+// Resolve moves an unknown intent to succeeded, failed, or back to pending
+// for another attempt (retry). It returns ErrNotUnknown for any other state.
+func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, error) {
+	if params == nil {
+		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
+	}
+	namespace := params.Namespace
+	if namespace == "" {
+		namespace = NamespaceDefault
+	}
+	if err := ValidateKey(params.Key); err != nil {
+		return nil, err
+	}
+	var state State
+	switch params.Outcome {
+	case OutcomeSucceeded:
+		state = StateSucceeded
+	case OutcomeFailed:
+		state = StateFailed
+	case OutcomeRetry:
+		state = StatePending
+	default:
+		return nil, &Error{Code: CodeInvalidArgs, Field: "outcome", Message: "must be succeeded, failed or retry"}
+	}
+	if len(params.Note) > 1000 {
+		return nil, &Error{Code: CodeInvalidArgs, Field: "note", Message: "must be at most 1000 characters"}
+	}
+	intent, err := scanIntent(c.pool.QueryRow(ctx, c.sqlResolve, namespace, params.Key, string(state), params.Note))
+	if errors.Is(err, pgx.ErrNoRows) {
+		current, err := c.Get(ctx, namespace, params.Key)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &Error{Code: CodeNotUnknown, Message: "intent is " + string(current.State)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error resolving intent: %w", err)
+	}
+	return intent, nil
+}

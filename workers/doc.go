@@ -1,0 +1,27 @@
+// Package workers holds outbox's River workers: IntentWorker, the intent
+// state machine that executes each intent's effect once, and PruneWorker,
+// which deletes terminal intents past their retention.
+//
+// # Ordering, and why it is cheap
+//
+// An attempt is three steps, each committed before the next begins:
+//
+//  1. Claim: pending (or running with an expired lease) becomes running with
+//     a fresh attempt number and a lease. Committed before the provider is
+//     called, for every guarantee, so that a lost outcome is always visible
+//     afterwards as "running with an expired lease" and never guessed.
+//  2. Execute the effect, with no transaction open.
+//  3. Finish: the outcome is written only if the intent is still running
+//     under this attempt number (fencing). A stale attempt's write matches
+//     no row; it is rejected and counted.
+//
+// The River job is completed last, by River's own batched completer, after
+// the worker returns. If the process dies between the finish and River's
+// completion, the job is rescued and runs again, finds a terminal intent and
+// does nothing: the intent row, not the job, is the record of truth.
+//
+// Claims and finishes of concurrent workers are grouped by a batcher into one
+// statement each (group commit), so on a loaded process the database sees a
+// few statements per batch instead of two transactions per intent. Under
+// light load a batch is a single request and nothing waits for company.
+package workers

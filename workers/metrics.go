@@ -1,0 +1,42 @@
+package workers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the workers' Prometheus metrics. One Metrics may be shared by
+// every worker of a process.
+type Metrics struct {
+	// EffectAttempts is outbox_effect_attempts_total{effect,outcome}, outcome
+	// being succeeded, failed, not_sent, ambiguous, unknown or stale.
+	EffectAttempts *prometheus.CounterVec
+	// EffectDuration is outbox_effect_duration_seconds{effect}.
+	EffectDuration *prometheus.HistogramVec
+	// StaleWrites is outbox_stale_writes_total: fenced writes rejected
+	// because another attempt had taken the intent over.
+	StaleWrites prometheus.Counter
+}
+
+// NewMetrics creates the workers' metrics and registers them with reg (none
+// when reg is nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		EffectAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_effect_attempts_total",
+			Help: "Attempts at an effect, by effect and outcome.",
+		}, []string{"effect", "outcome"}),
+		EffectDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "outbox_effect_duration_seconds",
+			Help:    "Duration of one effect call (provider round trip), by effect.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"effect"}),
+		StaleWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_stale_writes_total",
+			Help: "Outcome writes rejected because another attempt had taken the intent over (fencing).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.EffectAttempts, m.EffectDuration, m.StaleWrites)
+	}
+	return m
+}

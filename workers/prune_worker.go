@@ -1,0 +1,111 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// PruneArgs is the periodic job that prunes terminal intents.
+type PruneArgs struct{}
+
+// Kind implements river.JobArgs.
+func (PruneArgs) Kind() string { return "outbox_prune" }
+
+// Defaults of PruneWorkerConfig.
+const (
+	PruneBatchSizeDefault = 1000
+	RetentionDefault      = 168 * time.Hour
+)
+
+// PruneWorkerConfig configures a PruneWorker.
+type PruneWorkerConfig struct {
+	// BatchSize is how many intents one DELETE removes; each batch is its own
+	// statement, so pruning never holds many row locks or a long transaction.
+	// Defaults to PruneBatchSizeDefault.
+	BatchSize int
+	// Logger receives a line per run that pruned something. Defaults to a
+	// logger that discards.
+	Logger *slog.Logger
+	// Retention is how long a terminal intent (and so its key) is kept.
+	// Defaults to RetentionDefault.
+	Retention time.Duration
+	// Schema holds the outbox tables. Defaults to "outbox".
+	Schema string
+}
+
+// PruneWorker deletes terminal intents older than the retention. Non-terminal
+// intents are never deleted: the prunable index holds only terminal ones.
+type PruneWorker struct {
+	river.WorkerDefaults[PruneArgs]
+
+	batchSize int
+	logger    *slog.Logger
+	pool      *pgxpool.Pool
+	retention time.Duration
+	sql       string
+}
+
+// NewPruneWorker returns a PruneWorker.
+func NewPruneWorker(pool *pgxpool.Pool, config *PruneWorkerConfig) (*PruneWorker, error) {
+	if config == nil {
+		config = &PruneWorkerConfig{}
+	}
+	w := &PruneWorker{batchSize: config.BatchSize, logger: config.Logger, pool: pool, retention: config.Retention}
+	if w.batchSize == 0 {
+		w.batchSize = PruneBatchSizeDefault
+	}
+	if w.logger == nil {
+		w.logger = slog.New(slog.DiscardHandler)
+	}
+	if w.retention == 0 {
+		w.retention = RetentionDefault
+	}
+	if w.batchSize < 0 || w.retention < 0 {
+		return nil, errors.New("workers: BatchSize and Retention must be positive")
+	}
+	schema := config.Schema
+	if schema == "" {
+		schema = "outbox"
+	}
+	table := pgx.Identifier{schema, "outbox_intent"}.Sanitize()
+	// SKIP LOCKED: a row an operator is resolving right now is left for the
+	// next run rather than waited for.
+	w.sql = `DELETE FROM ` + table + ` WHERE id IN (
+		SELECT id FROM ` + table + `
+		WHERE state IN ('succeeded', 'failed', 'unknown', 'cancelled') AND completed_at < now() - $1::interval
+		ORDER BY completed_at
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED)`
+	return w, nil
+}
+
+// Work prunes in batches until a batch comes back short.
+func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error {
+	total, err := w.Prune(ctx)
+	if total > 0 {
+		w.logger.InfoContext(ctx, "pruned terminal intents past retention", slog.Int64("count", total), slog.Duration("retention", w.retention))
+	}
+	return err
+}
+
+// Prune deletes every terminal intent past retention and returns how many.
+func (w *PruneWorker) Prune(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := w.pool.Exec(ctx, w.sql, w.retention, w.batchSize)
+		if err != nil {
+			return total, fmt.Errorf("error pruning intents: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(w.batchSize) {
+			return total, nil
+		}
+	}
+}
