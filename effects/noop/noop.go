@@ -25,6 +25,10 @@ const NameDefault = "noop"
 
 // Config configures a noop effect.
 type Config struct {
+	// DedupeWindow is the window a deduplicated noop claims to keep keys for
+	// (it really keeps them forever). Defaults to effects.DedupeWindowDefault.
+	DedupeWindow time.Duration
+
 	// Guarantee is the guarantee the effect claims and behaves as: a
 	// deduplicated noop performs one effect per provider key, a reconcilable
 	// one answers Lookup, an at-most-once one records every execution.
@@ -48,11 +52,12 @@ type Config struct {
 
 // Effect is the noop effect.
 type Effect struct {
-	guarantee effects.Guarantee
-	logger    *slog.Logger
-	name      string
-	pool      *pgxpool.Pool
-	table     string
+	dedupeWindow time.Duration
+	guarantee    effects.Guarantee
+	logger       *slog.Logger
+	name         string
+	pool         *pgxpool.Pool
+	table        string
 }
 
 // New returns a noop effect.
@@ -61,10 +66,14 @@ func New(config *Config) (*Effect, error) {
 		config = &Config{}
 	}
 	e := &Effect{
-		guarantee: config.Guarantee,
-		logger:    config.Logger,
-		name:      config.Name,
-		pool:      config.Pool,
+		dedupeWindow: config.DedupeWindow,
+		guarantee:    config.Guarantee,
+		logger:       config.Logger,
+		name:         config.Name,
+		pool:         config.Pool,
+	}
+	if e.dedupeWindow == 0 {
+		e.dedupeWindow = effects.DedupeWindowDefault
 	}
 	if e.guarantee == "" {
 		e.guarantee = effects.GuaranteeDeduplicated
@@ -88,6 +97,9 @@ func New(config *Config) (*Effect, error) {
 
 // Name implements effects.Effect.
 func (e *Effect) Name() string { return e.name }
+
+// DedupeWindow implements effects.DedupeWindower.
+func (e *Effect) DedupeWindow() time.Duration { return e.dedupeWindow }
 
 // Guarantee implements effects.Effect.
 func (e *Effect) Guarantee() effects.Guarantee { return e.guarantee }
@@ -214,11 +226,8 @@ func (e *Effect) hang(ctx context.Context, req *effects.Request, point string) e
 	e.logger.WarnContext(ctx, "noop effect hanging",
 		slog.String("point", point), slog.Int64("intent_id", req.IntentID), slog.Int("attempt", req.Attempt))
 	<-ctx.Done()
-	if point == "before" {
-		// The hang happened before anything was recorded, but a real client
-		// cannot know that about a timeout, and neither does this one.
-		return effects.Ambiguous("timeout", ctx.Err())
-	}
+	// Even a hang before recording is ambiguous: a real client cannot tell
+	// a timeout before the provider acted from one after.
 	return effects.Ambiguous("timeout", ctx.Err())
 }
 
