@@ -1,0 +1,319 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/workers"
+)
+
+type testBundle struct {
+	client *outbox.Client
+	pool   *pgxpool.Pool
+	reg    *effects.Registry
+	schema string
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	pool, schema := outboxtest.Schema(t)
+	var list []effects.Effect
+	for name, g := range map[string]effects.Guarantee{
+		"noop": effects.GuaranteeDeduplicated, "noop_reconcilable": effects.GuaranteeReconcilable, "noop_at_most_once": effects.GuaranteeAtMostOnce,
+	} {
+		e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: pool, Schema: schema})
+		require.NoError(t, err)
+		list = append(list, e)
+	}
+	reg, err := effects.NewRegistry(list...)
+	require.NoError(t, err)
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+	require.NoError(t, err)
+	return &testBundle{client: client, pool: pool, reg: reg, schema: schema}
+}
+
+func (b *testBundle) dispatcher(t *testing.T, config *Config) *Dispatcher {
+	t.Helper()
+	if config == nil {
+		config = &Config{}
+	}
+	config.Effects = b.reg
+	config.Schema = b.schema
+	if config.EffectTimeout == 0 {
+		config.EffectTimeout = 5 * time.Second
+	}
+	d, err := New(b.pool, config)
+	require.NoError(t, err)
+	return d
+}
+
+func (b *testBundle) enqueueN(t *testing.T, n int, effect string, args map[string]any) {
+	t.Helper()
+	params := make([]*outbox.EnqueueParams, n)
+	for i := range params {
+		params[i] = &outbox.EnqueueParams{Key: fmt.Sprintf("k%05d", i), Effect: effect, Args: args}
+	}
+	_, err := b.client.EnqueueManyTx(context.Background(), b.pool, params)
+	require.NoError(t, err)
+}
+
+func (b *testBundle) scalar(t *testing.T, sql string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), sql).Scan(&n))
+	return n
+}
+
+func (b *testBundle) table(name string) string { return pgx.Identifier{b.schema, name}.Sanitize() }
+
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("TwoDrainsRacing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const n = 3000
+		b.enqueueN(t, n, "noop", map[string]any{})
+		// Small batches, so the two drains interleave many times.
+		d1 := b.dispatcher(t, &Config{DrainBatchSize: 50})
+		d2 := b.dispatcher(t, &Config{DrainBatchSize: 50})
+		var wg sync.WaitGroup
+		counts := make([]int, 2)
+		for i, d := range []*Dispatcher{d1, d2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := d.Drain(ctx)
+				if err != nil {
+					t.Errorf("drain: %v", err)
+				}
+				counts[i] = c
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, n, counts[0]+counts[1])
+		require.Positive(t, counts[0])
+		require.Positive(t, counts[1])
+		require.Equal(t, n, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
+		require.Equal(t, n, b.scalar(t, `SELECT count(DISTINCT job_id) FROM `+b.table("outbox_intent")))
+		// Every job points back at the intent that points at it.
+		require.Equal(t, n, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
+			` j ON j.id = i.job_id AND (j.args->>'intent_id')::bigint = i.id AND j.queue = i.effect`))
+		// Draining again finds nothing.
+		c, err := d1.Drain(ctx)
+		require.NoError(t, err)
+		require.Zero(t, c)
+	})
+
+	t.Run("KilledMidBatchLeavesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.enqueueN(t, 100, "noop", map[string]any{})
+		d := b.dispatcher(t, nil)
+		// The drain's backend dies after the jobs were inserted and the
+		// intents marked, before commit: as if the process was killed.
+		d.drainer.beforeCommitFunc = func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+			return err
+		}
+		_, err := d.Drain(ctx)
+		require.Error(t, err)
+		require.Zero(t, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
+		require.Equal(t, 100, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` WHERE job_id IS NULL`))
+
+		d.drainer.beforeCommitFunc = nil
+		c, err := d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 100, c)
+		require.Equal(t, 100, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
+	})
+
+	t.Run("RawSQLIntentsAreValidated", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		fn := pgx.Identifier{b.schema, "enqueue"}.Sanitize()
+		_, err := b.pool.Exec(ctx, `SELECT * FROM `+fn+`('default', 'bad', 'noop', '{"_noop": {"fail": "bogus"}}')`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `SELECT * FROM `+fn+`('default', 'unknown', 'fax', '{}')`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `SELECT * FROM `+fn+`('default', 'good', 'noop', '{}')`)
+		require.NoError(t, err)
+		d := b.dispatcher(t, nil)
+		c, err := d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 3, c)
+
+		bad, err := b.client.Get(ctx, "", "bad")
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateFailed, bad.State)
+		require.Equal(t, "invalid_args", bad.Error.Code)
+		require.Contains(t, bad.Error.Message, "_noop.fail")
+		require.Nil(t, bad.JobID)
+		unknown, err := b.client.Get(ctx, "", "unknown")
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateFailed, unknown.State)
+		require.Equal(t, "unknown_effect", unknown.Error.Code)
+		require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
+	})
+}
+
+func TestDispatcher(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ExecutesEveryIntentOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		d := b.dispatcher(t, nil)
+		require.NoError(t, d.Start(ctx))
+		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+
+		// Enqueued one per transaction while the dispatcher runs, so the
+		// drain is woken by notifications, not by its start-up pass.
+		const n = 300
+		for i := range n {
+			_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: map[string]any{"i": i}})
+			require.NoError(t, err)
+		}
+		for i := range n {
+			waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			got, err := b.client.Wait(waitCtx, "", fmt.Sprintf("k%d", i))
+			cancel()
+			require.NoError(t, err)
+			require.Equal(t, outbox.StateSucceeded, got.State)
+		}
+		count, err := noop.Count(ctx, b.pool, b.schema, "")
+		require.NoError(t, err)
+		require.Equal(t, n, count)
+	})
+
+	// SPEC 13.9: a River UI or JobRetry retry of a completed job runs the job
+	// again, and it does nothing.
+	t.Run("RetryOfCompletedJobHasNoSecondEffect", func(t *testing.T) {
+		t.Parallel()
+		for _, effect := range []string{"noop", "noop_reconcilable", "noop_at_most_once"} {
+			t.Run(effect, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				d := b.dispatcher(t, nil)
+				completed, cancelSub := d.River().Subscribe(river.EventKindJobCompleted)
+				defer cancelSub()
+				require.NoError(t, d.Start(ctx))
+				t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+
+				res, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "k", Effect: effect, Args: map[string]any{}})
+				require.NoError(t, err)
+				waitJob := func() *river.Event {
+					timeout := time.After(30 * time.Second)
+					for {
+						select {
+						case ev := <-completed:
+							if ev.Job.Kind == (workers.IntentArgs{}).Kind() {
+								return ev
+							}
+						case <-timeout:
+							t.Fatal("job did not complete")
+							return nil
+						}
+					}
+				}
+				ev := waitJob()
+				got, err := b.client.Get(ctx, "", "k")
+				require.NoError(t, err)
+				require.Equal(t, outbox.StateSucceeded, got.State)
+				require.Equal(t, ev.Job.ID, *got.JobID)
+
+				_, err = d.River().JobRetry(ctx, ev.Job.ID)
+				require.NoError(t, err)
+				again := waitJob()
+				require.Equal(t, ev.Job.ID, again.Job.ID)
+				require.Equal(t, 2, again.Job.Attempt, "the job really ran again")
+
+				count, err := noop.Count(ctx, b.pool, b.schema, res.Intent.ProviderKey)
+				require.NoError(t, err)
+				require.Equal(t, 1, count)
+				after, err := b.client.Get(ctx, "", "k")
+				require.NoError(t, err)
+				require.Equal(t, got.UpdatedAt, after.UpdatedAt)
+			})
+		}
+	})
+
+	t.Run("DuplicatesAnswerWithTheFirstOutcome", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		d := b.dispatcher(t, nil)
+		require.NoError(t, d.Start(ctx))
+		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+		args := map[string]any{"_noop": map[string]any{"fail": "permanent"}}
+		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "declined", Effect: "noop", Args: args})
+		require.NoError(t, err)
+		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		got, err := b.client.Wait(waitCtx, "", "declined")
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateFailed, got.State)
+		dup, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "declined", Effect: "noop", Args: args})
+		require.NoError(t, err)
+		require.True(t, dup.Duplicate)
+		require.Equal(t, outbox.StateFailed, dup.Intent.State)
+		require.Equal(t, "noop_refused", dup.Intent.Error.Code)
+		require.Equal(t, 1, dup.Intent.Attempts, "not retried")
+	})
+
+	t.Run("BadConfig", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := New(b.pool, nil)
+		require.Error(t, err)
+		_, err = New(b.pool, &Config{Effects: b.reg, Workers: -1})
+		require.Error(t, err)
+		empty, err := effects.NewRegistry()
+		require.NoError(t, err)
+		_, err = New(b.pool, &Config{Effects: empty})
+		require.Error(t, err)
+	})
+}
+
+// TestDispatcherStopsCleanly is not parallel, so that goleak sees only its
+// own goroutines.
+func TestDispatcherStopsCleanly(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	// The shared pool's background goroutines predate this test.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	d := b.dispatcher(t, &Config{EffectTimeout: 500 * time.Millisecond})
+	require.NoError(t, d.Start(ctx))
+	// An attempt that hangs until its context ends: Stop waits for the
+	// effect timeout, then cancels it.
+	_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "hang", Effect: "noop_at_most_once",
+		Args: map[string]any{"_noop": map[string]any{"hang": "before"}}})
+	require.NoError(t, err)
+	_, err = b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "ok", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = b.client.Wait(waitCtx, "", "ok")
+	require.NoError(t, err)
+
+	require.NoError(t, d.Stop(ctx))
+	hung, err := b.client.Get(ctx, "", "hang")
+	require.NoError(t, err)
+	// Its deadline passed while it hung: at most once, so unknown.
+	require.Equal(t, outbox.StateUnknown, hung.State)
+}

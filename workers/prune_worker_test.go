@@ -1,0 +1,59 @@
+package workers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/workers"
+)
+
+func TestPruneWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, effects.GuaranteeDeduplicated, nil)
+	table := pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()
+
+	// 7 old terminal intents (more than one batch of 3), 1 recent terminal,
+	// and old non-terminal ones, which are never pruned.
+	for i := range 7 {
+		b.enqueue(t, fmt.Sprintf("old-%d", i))
+	}
+	b.enqueue(t, "recent")
+	b.enqueue(t, "old-pending")
+	b.enqueue(t, "old-running")
+	_, err := b.pool.Exec(ctx, `UPDATE `+table+` SET state = (ARRAY['succeeded','failed','unknown','cancelled'])[1 + id % 4],
+		completed_at = now() - interval '2 hours' WHERE key LIKE 'old-_'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET state = 'succeeded', completed_at = now() - interval '1 minute' WHERE key = 'recent'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET state = 'running', created_at = now() - interval '30 days' WHERE key = 'old-running'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET created_at = now() - interval '30 days' WHERE key = 'old-pending'`)
+	require.NoError(t, err)
+
+	pruner, err := workers.NewPruneWorker(b.pool, &workers.PruneWorkerConfig{BatchSize: 3, Retention: time.Hour, Schema: b.schema})
+	require.NoError(t, err)
+	n, err := pruner.Prune(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), n)
+
+	list, err := b.client.List(ctx, &outbox.ListParams{})
+	require.NoError(t, err)
+	var keys []string
+	for _, i := range list.Intents {
+		keys = append(keys, i.Key)
+	}
+	require.ElementsMatch(t, []string{"recent", "old-pending", "old-running"}, keys)
+
+	// A pruned key is a new action when enqueued again.
+	res, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "old-1", Effect: "test", Args: map[string]any{"other": true}})
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+}
