@@ -123,7 +123,7 @@ func (c *Client) prepareSQL() {
 			WHERE namespace = $1 AND key = $2 AND state = 'pending' AND NOT maybe_sent
 			RETURNING ` + all + `
 		), notified AS (
-			SELECT pg_notify('` + strings.ReplaceAll(c.channelChanged, "'", "''") + `', id::text || ' cancelled') FROM upd
+			SELECT pg_notify('` + strings.ReplaceAll(c.channelChanged, "'", "''") + `', 'cancelled ' || id::text) FROM upd
 		)
 		SELECT ` + all + ` FROM upd, (SELECT count(*) FROM notified) n`
 	// Resolving moves an unknown intent on. "retry" sends it again knowingly:
@@ -140,13 +140,14 @@ func (c *Client) prepareSQL() {
 			                 WHEN $3 = 'pending' THEN NULL ELSE error END,
 			    completed_at = CASE WHEN $3 = 'pending' THEN NULL ELSE now() END,
 			    job_id = CASE WHEN $3 = 'pending' THEN NULL ELSE job_id END,
+			    job_attempt = CASE WHEN $3 = 'pending' THEN 0 ELSE job_attempt END,
 			    maybe_sent = CASE WHEN $3 = 'pending' THEN false ELSE maybe_sent END,
 			    lease_expires_at = NULL,
 			    updated_at = now()
 			WHERE namespace = $1 AND key = $2 AND state = 'unknown'
 			RETURNING ` + all + `
 		), notified AS (
-			SELECT pg_notify('` + strings.ReplaceAll(c.channelChanged, "'", "''") + `', id::text || ' ' || state) FROM upd
+			SELECT pg_notify('` + strings.ReplaceAll(c.channelChanged, "'", "''") + `', state || ' ' || id::text) FROM upd
 		), pending AS (
 			SELECT pg_notify('` + strings.ReplaceAll(c.schema+".intent_pending", "'", "''") + `', '') FROM upd WHERE state = 'pending'
 		)

@@ -174,7 +174,7 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 	if intent, err = c.get(ctx, conn, namespace, key); err != nil || intent.State.Terminal() {
 		return intent, err
 	}
-	prefix := strconv.FormatInt(intent.ID, 10) + " "
+	id := strconv.FormatInt(intent.ID, 10)
 	for {
 		n, err := conn.Conn().WaitForNotification(ctx)
 		if err != nil {
@@ -183,8 +183,7 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 			}
 			return intent, fmt.Errorf("error waiting for notification: %w", err)
 		}
-		state, ok := strings.CutPrefix(n.Payload, prefix)
-		if !ok || !State(state).Terminal() {
+		if !changedToTerminal(n.Payload, id) {
 			continue
 		}
 		if intent, err = c.get(ctx, conn, namespace, key); err != nil || intent.State.Terminal() {
@@ -284,4 +283,21 @@ func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, e
 		return nil, fmt.Errorf("error resolving intent: %w", err)
 	}
 	return intent, nil
+}
+
+// changedToTerminal reports whether a state-change notification, whose
+// payload is "<state> <id>[,<id>...]", moves intent id to a terminal state.
+func changedToTerminal(payload, id string) bool {
+	state, ids, ok := strings.Cut(payload, " ")
+	if !ok || !State(state).Terminal() {
+		return false
+	}
+	for ids != "" {
+		var next string
+		next, ids, _ = strings.Cut(ids, ",")
+		if next == id {
+			return true
+		}
+	}
+	return false
 }

@@ -126,12 +126,21 @@ func TestDrain(t *testing.T) {
 		d := b.dispatcher(t, nil)
 		// The drain's backend dies after the jobs were inserted and the
 		// intents marked, before commit: as if the process was killed.
+		var pid int
 		d.drainer.beforeCommitFunc = func(ctx context.Context, tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				return err
+			}
 			_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
 			return err
 		}
 		_, err := d.Drain(ctx)
 		require.Error(t, err)
+		// Until the dying backend has rolled back, its rows stay locked and
+		// another drain rightly skips them.
+		require.Eventually(t, func() bool {
+			return b.scalar(t, fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid)) == 0
+		}, 10*time.Second, 10*time.Millisecond)
 		require.Zero(t, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
 		require.Equal(t, 100, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` WHERE job_id IS NULL`))
 

@@ -68,7 +68,9 @@ func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config
 				WHERE t.id = u.id
 				RETURNING t.id
 			), notified AS (
-				SELECT pg_notify('` + channel + `', id::text || ' failed') FROM upd
+				SELECT pg_notify('` + channel + `', 'failed ' || string_agg(id::text, ','))
+				FROM (SELECT id, (row_number() OVER ()) / 300 AS chunk FROM upd) c
+				GROUP BY chunk
 			)
 			SELECT count(*) FROM notified`,
 	}
@@ -195,6 +197,7 @@ func (d *drainer) run(ctx context.Context) {
 	timer := time.NewTimer(0) // drain once at start: intents may be waiting
 	defer timer.Stop()
 	backoff := 100 * time.Millisecond
+	var lastWork time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -202,7 +205,7 @@ func (d *drainer) run(ctx context.Context) {
 		case <-wake:
 		case <-timer.C:
 		}
-		_, err := d.drainAll(ctx)
+		n, err := d.drainAll(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -213,9 +216,37 @@ func (d *drainer) run(ctx context.Context) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		timer.Reset(d.pollInterval)
+		if n > 0 {
+			lastWork = time.Now()
+		}
+		// While intents keep coming, poll every few milliseconds instead of
+		// waiting to be woken: a session notifies at most once per
+		// enqueueNotifyWindow (see outbox_enqueue_try), so an enqueue
+		// shortly after its session's last notification brings none. Its
+		// session's previous notification woke a drain that found work;
+		// polling for longer than the window after that catches it. This
+		// also costs less than a wake-up per commit at high rates.
+		timer.Stop()
+		if time.Since(lastWork) < busyTail {
+			timer.Reset(busyPollInterval)
+		} else {
+			timer.Reset(d.pollInterval)
+		}
 	}
 }
+
+const (
+	// enqueueNotifyWindow is how long a session stays quiet after notifying
+	// the drain; it is written into outbox_enqueue_try.
+	enqueueNotifyWindow = time.Second
+	// busyTail is how long the drain keeps polling after finding work:
+	// longer than the window, plus room for the commit that follows the
+	// decision not to notify.
+	busyTail = 3 * enqueueNotifyWindow
+	// busyPollInterval is the drain's poll while busy. A poll that finds
+	// nothing reads one page of a tiny partial index.
+	busyPollInterval = 5 * time.Millisecond
+)
 
 // listen holds a LISTEN connection and turns notifications into wake-ups.
 // Wake-ups are coalesced in a channel of one: any number of enqueues during a

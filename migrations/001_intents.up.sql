@@ -21,6 +21,10 @@ CREATE TABLE {{schema}}.outbox_intent (
     key_source       text        NOT NULL DEFAULT 'explicit',
     -- job_id is the River job the dispatcher created; NULL until dispatched.
     job_id           bigint,
+    -- job_attempt is the River attempt of job_id that last recorded an
+    -- outcome. A deduplicated effect is not claimed before its call, so a
+    -- River attempt beyond job_attempt + 1 tells it an attempt was lost.
+    job_attempt      integer     NOT NULL DEFAULT 0,
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     completed_at     timestamptz,
@@ -81,7 +85,8 @@ CREATE FUNCTION {{schema}}.outbox_enqueue_try(
 ) RETURNS TABLE (intent {{schema}}.outbox_intent, duplicate boolean, conflict boolean)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    r {{schema}}.outbox_intent;
+    r      {{schema}}.outbox_intent;
+    v_last text;
 BEGIN
     LOOP
         INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, provider_key, requested_by, key_source)
@@ -89,10 +94,25 @@ BEGIN
         ON CONFLICT (namespace, key) DO NOTHING
         RETURNING * INTO r;
         IF FOUND THEN
-            -- Delivered at commit, and only if the caller commits. Identical
-            -- payloads are folded into one per transaction, so a batch costs
-            -- one notification.
-            PERFORM pg_notify('{{channel_pending}}', '');
+            -- Wake the dispatcher's drain. The notification is delivered at
+            -- commit, and only if the caller commits.
+            --
+            -- A transaction that notifies holds a database-wide lock from
+            -- its commit until the commit is durable, so notifying commits
+            -- are flushed one at a time instead of in groups: at a few
+            -- thousand enqueues a second that would multiply the caller's
+            -- commit time. So a session notifies at most once a second
+            -- (the time is kept in a session setting, which a rollback
+            -- undoes along with the notification). An enqueue that skips
+            -- its notification is still seen at once: the drain woken by
+            -- the session's previous notification keeps polling every few
+            -- milliseconds for longer than that window (see package
+            -- dispatcher), and a slow poll covers the rest.
+            v_last := current_setting('{{guc_notified}}', true);
+            IF v_last IS NULL OR v_last = '' OR clock_timestamp() - v_last::timestamptz >= interval '1 second' THEN
+                PERFORM pg_notify('{{channel_pending}}', '');
+                PERFORM set_config('{{guc_notified}}', clock_timestamp()::text, false);
+            END IF;
             RETURN QUERY SELECT r, false, false;
             RETURN;
         END IF;

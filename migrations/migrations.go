@@ -86,7 +86,8 @@ func Latest() int {
 func ChannelPending(schema string) string { return schema + ".intent_pending" }
 
 // ChannelChanged is the notification channel that carries every intent state
-// change in schema, with payload "<intent id> <state>".
+// change in schema. A payload is "<state> <id>[,<id>...]": one notification
+// covers every intent of a batch that moved to that state.
 func ChannelChanged(schema string) string { return schema + ".intent_changed" }
 
 // render fills a migration's placeholders for schema.
@@ -96,6 +97,7 @@ func render(sql, schema string) string {
 		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
 		"{{channel_pending}}", literal(ChannelPending(schema)),
 		"{{channel_changed}}", literal(ChannelChanged(schema)),
+		"{{guc_notified}}", "outbox.notified_"+schema,
 	).Replace(sql)
 }
 
@@ -106,10 +108,17 @@ type Migrator struct {
 	schema string
 }
 
+// SchemaRE is what a schema name must match. Names are kept simple because
+// they are also part of notification channels and session settings.
+var SchemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
 // New returns a Migrator for schema (SchemaDefault when empty).
 func New(pool *pgxpool.Pool, schema string) (*Migrator, error) {
 	if schema == "" {
 		schema = SchemaDefault
+	}
+	if !SchemaRE.MatchString(schema) {
+		return nil, fmt.Errorf("schema %q must match %s", schema, SchemaRE)
 	}
 	river, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
 	if err != nil {

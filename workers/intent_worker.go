@@ -80,6 +80,7 @@ type IntentWorker struct {
 
 	claims   *batcher[claimReq, claimOutcome]
 	finishes *batcher[finish, bool]
+	reads    *batcher[int64, read]
 }
 
 // NewIntentWorker returns an IntentWorker.
@@ -122,13 +123,18 @@ func NewIntentWorker(pool *pgxpool.Pool, config *IntentWorkerConfig) (*IntentWor
 	// the workers to River's retry.
 	w.claims = newBatcher(500, w.effectTimeout, st.claimBatch)
 	w.finishes = newBatcher(500, w.effectTimeout, st.finishBatch)
+	w.reads = newBatcher(500, w.effectTimeout, st.readBatch)
 	return w, nil
 }
 
 // Start starts the worker's batchers.
 func (w *IntentWorker) Start() {
-	w.claims.start(2)
-	w.finishes.start(2)
+	// One flusher each: while a batch is in the database the next one
+	// fills up, which is what keeps commits (and WAL flushes) per intent
+	// low.
+	w.claims.start(1)
+	w.finishes.start(1)
+	w.reads.start(1)
 }
 
 // Stop stops the batchers once in-flight batches are done. Call it only after
@@ -136,6 +142,7 @@ func (w *IntentWorker) Start() {
 func (w *IntentWorker) Stop() {
 	w.claims.stop()
 	w.finishes.stop()
+	w.reads.stop()
 }
 
 // MaxAttempts is the River job's max_attempts for the worker's limit.
@@ -145,31 +152,43 @@ func (w *IntentWorker) MaxAttempts() int { return w.maxAttempts + MaxAttemptsMar
 // order of its steps.
 func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) error {
 	id := job.Args.IntentID
-	out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout)})
-	if err != nil {
-		return err // nothing claimed, nothing sent: River retries
-	}
-	c := out.claimed
-	if c == nil {
+	var c *claimed
+	// The job's queue is its intent's effect, so the guarantee is known
+	// before the intent is read.
+	if e, ok := w.effects.Get(job.Queue); ok && e.Guarantee() == effects.GuaranteeDeduplicated {
+		r, err := w.reads.do(ctx, id)
+		if err != nil {
+			return err
+		}
 		switch {
-		case !out.found:
-			// Pruned, or never existed: nothing to do.
+		case !r.found || intentState(r.state).terminal():
 			return nil
-		case out.state == "running" && out.leaseExpiresAt != nil:
-			// Another attempt holds a live lease: a job rescued or retried
-			// while its first worker still runs, or a reconcilable intent
-			// whose ambiguous request may still be in flight. Come back
-			// when the lease ends, without spending an attempt.
-			return river.JobSnooze(time.Until(*out.leaseExpiresAt) + 50*time.Millisecond)
-		default:
-			// Terminal: a re-run job, a River UI retry of a completed job,
-			// or a job rescued after its intent was finished. Harmless by
-			// design.
-			w.logger.DebugContext(ctx, "intent already final, job does nothing",
-				slog.Int64("intent_id", id), slog.String("state", out.state))
-			return nil
+		case r.state == "pending":
+			c = &r.claimed
+			c.prevState = "pending"
+			c.expectState, c.expectAttempt = "pending", r.attempt
+			c.attempt = r.attempt + 1
+			// Every River attempt of this job that ran the effect recorded
+			// its outcome in job_attempt, except one that died: then the
+			// provider may have acted.
+			if job.Attempt > r.jobAttempt+1 {
+				c.prevState = "running"
+				c.maybeSent = true
+			}
+		}
+		// A running deduplicated intent (left by an older version that
+		// claimed them): take the general path below.
+	}
+	if c == nil {
+		out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout)})
+		if err != nil {
+			return err // nothing claimed, nothing sent: River retries
+		}
+		if c = out.claimed; c == nil {
+			return w.notClaimed(ctx, id, &out)
 		}
 	}
+	c.jobAttempt = job.Attempt
 
 	effect, ok := w.effects.Get(c.effect)
 	if !ok {
@@ -265,6 +284,35 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 	}
 }
 
+// notClaimed handles a job whose intent could not be claimed.
+func (w *IntentWorker) notClaimed(ctx context.Context, id int64, out *claimOutcome) error {
+	switch {
+	case !out.found:
+		// Pruned, or never existed: nothing to do.
+		return nil
+	case out.state == "running" && out.leaseExpiresAt != nil:
+		// Another attempt holds a live lease: a job rescued or retried
+		// while its first worker still runs, or a reconcilable intent whose
+		// ambiguous request may still be in flight. Come back when the
+		// lease ends, without spending an attempt.
+		return river.JobSnooze(time.Until(*out.leaseExpiresAt) + 50*time.Millisecond)
+	default:
+		// Terminal: a re-run job, a River UI retry of a completed job, or a
+		// job rescued after its intent was finished. Harmless by design.
+		w.logger.DebugContext(ctx, "intent already final, job does nothing",
+			slog.Int64("intent_id", id), slog.String("state", out.state))
+		return nil
+	}
+}
+
+// intentState mirrors outbox.State for the few checks the worker needs, without
+// importing the write-side package.
+type intentState string
+
+func (s intentState) terminal() bool {
+	return s == "succeeded" || s == "failed" || s == "unknown" || s == "cancelled"
+}
+
 // exhausted is the final outcome once attempts ran out: failed when no
 // attempt can have reached the provider, unknown when one may have.
 func (w *IntentWorker) exhausted(c *claimed, msg string) finish {
@@ -278,6 +326,10 @@ func (w *IntentWorker) exhausted(c *claimed, msg string) finish {
 // returns retryErr (which makes River retry) once the outcome is durable.
 func (w *IntentWorker) finish(ctx context.Context, c *claimed, outcome string, f finish, retryErr error) error {
 	f.id, f.attempt = c.id, c.attempt
+	f.expectState, f.expectAttempt, f.jobAttempt = c.expectState, c.expectAttempt, c.jobAttempt
+	// A lost outcome detected by a deduplicated read is recorded with the
+	// outcome (a claim records it itself).
+	f.maybeSent = f.maybeSent || c.maybeSent
 	applied, err := w.finishes.do(ctx, f)
 	if err != nil {
 		// Not recorded: the intent stays running under our lease, and the

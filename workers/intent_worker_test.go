@@ -134,7 +134,7 @@ func (b *testBundle) enqueue(t *testing.T, key string) *outbox.Intent {
 // work runs one River attempt of the intent's job by hand, as River would.
 func (b *testBundle) work(intent *outbox.Intent, riverAttempt int) error {
 	job := &river.Job[workers.IntentArgs]{
-		JobRow: &rivertype.JobRow{ID: intent.ID, Attempt: riverAttempt, MaxAttempts: b.worker.MaxAttempts(), Kind: workers.IntentArgs{}.Kind()},
+		JobRow: &rivertype.JobRow{ID: intent.ID, Attempt: riverAttempt, MaxAttempts: b.worker.MaxAttempts(), Kind: workers.IntentArgs{}.Kind(), Queue: intent.Effect},
 		Args:   workers.IntentArgs{IntentID: intent.ID},
 	}
 	return b.worker.Work(context.Background(), job)
@@ -375,6 +375,28 @@ func TestIntentWorker(t *testing.T) {
 			require.Equal(t, 1, b.effect.callCount())
 		})
 
+		t.Run("DeduplicatedDiedAttemptSeenByJobAttempt", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, effects.GuaranteeDeduplicated, nil)
+			intent := b.enqueue(t, "k")
+			// River attempt 1 died without recording anything; attempt 2
+			// runs.
+			require.NoError(t, b.work(intent, 2))
+			got := b.get(t, "k")
+			require.Equal(t, outbox.StateSucceeded, got.State)
+			require.True(t, got.MaybeSent)
+
+			other := b.enqueue(t, "old")
+			_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
+				` SET created_at = now() - interval '2 hours' WHERE key = 'old'`)
+			require.NoError(t, err)
+			require.NoError(t, b.work(other, 2))
+			got = b.get(t, "old")
+			require.Equal(t, outbox.StateUnknown, got.State)
+			require.Equal(t, "dedupe_window_passed", got.Error.Code)
+			require.Equal(t, 1, b.effect.callCount())
+		})
+
 		t.Run("DeduplicatedPastWindowUnknown", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeDeduplicated, nil)
@@ -504,8 +526,9 @@ func TestIntentWorkerStaleAttempt(t *testing.T) {
 			b := setup(t, g, &setupOpts{effectTimeout: 100 * time.Millisecond})
 			paused := make(chan struct{})
 			resume := make(chan struct{})
+			var calls atomic.Int32
 			b.effect.execute = func(ctx context.Context, req *effects.Request, act func()) (json.RawMessage, error) {
-				if req.Attempt == 1 {
+				if calls.Add(1) == 1 {
 					close(paused)
 					<-resume // paused: ignores its deadline like a SIGSTOPped process
 					return json.RawMessage(`{"id":"stale"}`), nil
@@ -518,12 +541,20 @@ func TestIntentWorkerStaleAttempt(t *testing.T) {
 			go func() { staleDone <- b.work(intent, 1) }()
 			<-paused
 
-			// Wait out the lease, then a rescued attempt takes over.
+			// Wait out the lease, then a rescued attempt takes over. A
+			// deduplicated intent is not claimed, so it has no lease: River's
+			// rescue alone decides when the next attempt runs.
 			got := b.get(t, "k")
-			time.Sleep(time.Until(*got.LeaseExpiresAt) + 20*time.Millisecond)
+			if g == effects.GuaranteeDeduplicated {
+				require.Equal(t, outbox.StatePending, got.State)
+				require.Nil(t, got.LeaseExpiresAt)
+			} else {
+				require.Equal(t, outbox.StateRunning, got.State)
+				time.Sleep(time.Until(*got.LeaseExpiresAt) + 20*time.Millisecond)
+			}
 			require.NoError(t, b.work(intent, 2))
 			taken := b.get(t, "k")
-			require.Equal(t, 2, taken.Attempts)
+			require.True(t, taken.MaybeSent, "the overtaken attempt may have acted")
 
 			close(resume)
 			require.NoError(t, <-staleDone)

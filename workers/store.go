@@ -11,10 +11,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// claimed is an intent as a claim returns it.
+// claimed is an intent as a claim (or, for deduplicated effects, a read)
+// returns it: the attempt about to be made.
 type claimed struct {
-	id          int64
-	attempt     int
+	id int64
+	// attempt is this attempt's number, the fencing token.
+	attempt int
+	// expectState and expectAttempt are what the finish requires the row to
+	// still be: running under attempt after a claim; pending under
+	// attempt - 1 for a deduplicated effect, which is not claimed.
+	expectState   string
+	expectAttempt int
+	// jobAttempt is the River attempt running this attempt.
+	jobAttempt  int
 	args        json.RawMessage
 	createdAt   time.Time
 	effect      string
@@ -36,11 +45,14 @@ type claimOutcome struct {
 
 // finish is one attempt's outcome to record.
 type finish struct {
-	id      int64
-	attempt int
-	state   string
-	result  json.RawMessage
-	err     json.RawMessage
+	id            int64
+	attempt       int
+	expectState   string
+	expectAttempt int
+	jobAttempt    int
+	state         string
+	result        json.RawMessage
+	err           json.RawMessage
 	// maybeSent marks that this attempt may have reached the provider.
 	maybeSent bool
 	// keepLease keeps a running intent's lease (reconcilable after an
@@ -54,7 +66,7 @@ type finish struct {
 type store struct {
 	pool *pgxpool.Pool
 
-	sqlClaim, sqlClaimMissing, sqlFinish string
+	sqlClaim, sqlClaimMissing, sqlFinish, sqlRead string
 }
 
 func newStore(pool *pgxpool.Pool, schema string) *store {
@@ -88,19 +100,33 @@ func newStore(pool *pgxpool.Pool, schema string) *store {
 				WHERE t.id = old.id
 				RETURNING t.id, t.attempt, t.args, t.created_at, t.effect, t.maybe_sent, t.namespace, old.state, t.provider_key
 			), notified AS (
-				SELECT pg_notify('` + channel + `', id::text || ' running') FROM upd
+				-- One notification per chunk of ids rather than per intent:
+				-- listeners wake once per batch, and each payload stays
+				-- under Postgres's 8000-byte limit.
+				SELECT pg_notify('` + channel + `', 'running ' || string_agg(id::text, ','))
+				FROM (SELECT id, (row_number() OVER ()) / 300 AS chunk FROM upd) c
+				GROUP BY chunk
 			)
 			SELECT upd.*, (SELECT count(*) FROM notified) FROM upd`,
 		sqlClaimMissing: `SELECT id, state, lease_expires_at FROM ` + table + ` WHERE id = ANY($1::bigint[])`,
-		// The finish is fenced: it matches only a row still running under
-		// the attempt that wrote it.
+		// A deduplicated effect's attempt reads the intent without claiming
+		// it: the provider dedupes concurrent attempts on the provider key,
+		// so the claim's write (and its commit) would buy nothing. Its
+		// finish is then fenced on the state and attempt number it read.
+		sqlRead: `SELECT id, attempt, args, created_at, effect, maybe_sent, namespace, state, provider_key, lease_expires_at, job_attempt
+			FROM ` + table + ` WHERE id = ANY($1::bigint[])`,
+		// The finish is fenced: it matches only a row still in the state,
+		// and under the attempt number, that its attempt left it in (running
+		// after a claim, pending for a deduplicated read).
 		sqlFinish: `
 			WITH input AS (
-				SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[], $6::bool[], $7::bool[])
-					AS u(id, attempt, state, result, error, maybe_sent, keep_lease)
+				SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[], $6::bool[], $7::bool[], $8::text[], $9::int[], $10::int[])
+					AS u(id, attempt, state, result, error, maybe_sent, keep_lease, expect_state, expect_attempt, job_attempt)
 			), upd AS (
 				UPDATE ` + table + ` t
 				SET state = u.state,
+				    attempt = u.attempt,
+				    job_attempt = u.job_attempt,
 				    result = coalesce(u.result, t.result),
 				    error = u.error,
 				    maybe_sent = t.maybe_sent OR u.maybe_sent,
@@ -111,10 +137,12 @@ func newStore(pool *pgxpool.Pool, schema string) *store {
 				    completed_at = CASE WHEN u.state IN ('succeeded', 'failed', 'unknown', 'cancelled') THEN now() END,
 				    updated_at = now()
 				FROM input u
-				WHERE t.id = u.id AND t.state = 'running' AND t.attempt = u.attempt
+				WHERE t.id = u.id AND t.state = u.expect_state AND t.attempt = u.expect_attempt
 				RETURNING t.id, t.state, u.attempt
 			), notified AS (
-				SELECT pg_notify('` + channel + `', id::text || ' ' || state) FROM upd
+				SELECT pg_notify('` + channel + `', state || ' ' || string_agg(id::text, ','))
+				FROM (SELECT id, state, (row_number() OVER (PARTITION BY state)) / 300 AS chunk FROM upd) c
+				GROUP BY state, chunk
 			)
 			SELECT upd.id, upd.attempt, (SELECT count(*) FROM notified) FROM upd`,
 	}
@@ -144,6 +172,7 @@ func (s *store) claimBatch(ctx context.Context, reqs []claimReq) ([]claimOutcome
 			rows.Close()
 			return nil, fmt.Errorf("error claiming intents: %w", err)
 		}
+		c.expectState, c.expectAttempt = "running", c.attempt
 		byID[c.id] = &c
 	}
 	if err := rows.Err(); err != nil {
@@ -210,9 +239,13 @@ func (s *store) finishBatch(ctx context.Context, fs []finish) ([]bool, error) {
 		errs      = make([]*string, len(fs))
 		maybeSent = make([]bool, len(fs))
 		keepLease = make([]bool, len(fs))
+		expStates = make([]string, len(fs))
+		expAtts   = make([]int32, len(fs))
+		jobAtts   = make([]int32, len(fs))
 	)
 	for i, f := range fs {
 		ids[i], attempts[i], states[i], maybeSent[i], keepLease[i] = f.id, int32(f.attempt), f.state, f.maybeSent, f.keepLease
+		expStates[i], expAtts[i], jobAtts[i] = f.expectState, int32(f.expectAttempt), int32(f.jobAttempt)
 		if f.result != nil {
 			s := string(f.result)
 			results[i] = &s
@@ -222,7 +255,7 @@ func (s *store) finishBatch(ctx context.Context, fs []finish) ([]bool, error) {
 			errs[i] = &s
 		}
 	}
-	rows, err := s.pool.Query(ctx, s.sqlFinish, ids, attempts, states, results, errs, maybeSent, keepLease)
+	rows, err := s.pool.Query(ctx, s.sqlFinish, ids, attempts, states, results, errs, maybeSent, keepLease, expStates, expAtts, jobAtts)
 	if err != nil {
 		return nil, fmt.Errorf("error recording outcomes: %w", err)
 	}
@@ -246,6 +279,42 @@ func (s *store) finishBatch(ctx context.Context, fs []finish) ([]bool, error) {
 	outs := make([]bool, len(fs))
 	for i, f := range fs {
 		outs[i] = applied[idAttempt{f.id, int32(f.attempt)}]
+	}
+	return outs, nil
+}
+
+// read is an intent as a deduplicated effect's attempt reads it.
+type read struct {
+	claimed
+	found          bool
+	state          string
+	leaseExpiresAt *time.Time
+	jobAttempt     int
+}
+
+// readBatch reads a batch of intents in one statement.
+func (s *store) readBatch(ctx context.Context, ids []int64) ([]read, error) {
+	rows, err := s.pool.Query(ctx, s.sqlRead, ids)
+	if err != nil {
+		return nil, fmt.Errorf("error reading intents: %w", err)
+	}
+	byID := make(map[int64]read, len(ids))
+	for rows.Next() {
+		var r read
+		if err := rows.Scan(&r.id, &r.attempt, &r.args, &r.createdAt, &r.effect, &r.maybeSent, &r.namespace,
+			&r.state, &r.providerKey, &r.leaseExpiresAt, &r.jobAttempt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("error reading intents: %w", err)
+		}
+		r.found = true
+		byID[r.id] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error reading intents: %w", err)
+	}
+	outs := make([]read, len(ids))
+	for i, id := range ids {
+		outs[i] = byID[id]
 	}
 	return outs, nil
 }

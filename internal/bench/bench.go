@@ -1,0 +1,452 @@
+// Package bench measures outbox end to end against plain River, in one run
+// against one database, so that the figures are ratios of the same machine
+// at the same moment.
+//
+// Both sides do the same job: callers commit one unit of work per
+// transaction (plain River: one InsertTx; outbox: one EnqueueTx), workers
+// execute it with a no-op, and a unit counts when River reports its job
+// completed, which for outbox is after the intent's outcome is durable.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/dispatcher"
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/workers"
+)
+
+// Config configures a run.
+type Config struct {
+	// Clients is the number of concurrent callers. Defaults to 16.
+	Clients int
+	// Count is the number of units per measurement. Defaults to 10,000.
+	Count int
+	// Logger receives progress. Defaults to a logger that discards.
+	Logger *slog.Logger
+	// Workers is River's MaxWorkers per queue, on both sides. Defaults to 50.
+	Workers int
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	if out.Clients == 0 {
+		out.Clients = 16
+	}
+	if out.Count == 0 {
+		out.Count = 10_000
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Workers == 0 {
+		out.Workers = 50
+	}
+	return &out
+}
+
+// Result is one measurement.
+type Result struct {
+	// Name says what was measured ("river", "outbox noop").
+	Name string `json:"name"`
+	// Count is how many units completed.
+	Count int `json:"count"`
+	// Elapsed is from the first commit to the last completion.
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Rate is Count / Elapsed, per second.
+	Rate float64 `json:"rate_per_s"`
+	// OfferedRate is the callers' paced rate, or 0 for "as fast as they can".
+	OfferedRate float64 `json:"offered_rate_per_s"`
+	// P50 and P99 are commit-to-completed latencies.
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	// TxP50 and TxP99 are the callers' transaction times (begin to commit).
+	TxP50 time.Duration `json:"tx_p50_ns"`
+	TxP99 time.Duration `json:"tx_p99_ns"`
+}
+
+func (r *Result) String() string {
+	return fmt.Sprintf("%-28s %8.0f/s  p50 %7.1fms  p99 %7.1fms  tx p50 %5.2fms p99 %5.2fms",
+		r.Name, r.Rate, ms(r.P50), ms(r.P99), ms(r.TxP50), ms(r.TxP99))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// system is one side of the comparison, set up in a schema of its own.
+type system interface {
+	// insert commits one unit in its own transaction and returns its id.
+	insert(ctx context.Context, i int) (id int64, err error)
+	// completed delivers the ids of units as they complete.
+	completed() <-chan int64
+	stop(ctx context.Context) error
+}
+
+// NoopArgs is the plain-River baseline's job.
+type NoopArgs struct {
+	N int `json:"n"`
+}
+
+// Kind implements river.JobArgs.
+func (NoopArgs) Kind() string { return "bench_noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[NoopArgs]
+}
+
+func (noopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil }
+
+// riverConfig is the baseline's River configuration. It is tuned like the
+// dispatcher's River client (the same fetch cooldown and workers per queue),
+// so that the comparison is of the work per unit, not of River's settings:
+// with River's default 100 ms cooldown, 50 workers cap any queue at 500 jobs/s.
+func riverConfig(schema string, workers int) *river.Config {
+	return &river.Config{
+		FetchCooldown: dispatcher.FetchCooldownDefault,
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		Schema:        schema,
+	}
+}
+
+type riverSystem struct {
+	client *river.Client[pgx.Tx]
+	pool   *pgxpool.Pool
+	events <-chan *river.Event
+	cancel func()
+	out    chan int64
+}
+
+func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, cfg *Config) (*riverSystem, error) {
+	ws := river.NewWorkers()
+	river.AddWorker(ws, noopWorker{})
+	rc := riverConfig(schema, cfg.Workers)
+	rc.Workers = ws
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		return nil, err
+	}
+	s := &riverSystem{client: client, pool: pool, out: make(chan int64, 1024)}
+	s.events, s.cancel = client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+	go func() {
+		defer close(s.out)
+		for ev := range s.events {
+			s.out <- ev.Job.ID
+		}
+	}()
+	if err := client.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *riverSystem) insert(ctx context.Context, i int) (int64, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	res, err := s.client.InsertTx(ctx, tx, NoopArgs{N: i}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return res.Job.ID, tx.Commit(ctx)
+}
+
+func (s *riverSystem) completed() <-chan int64 { return s.out }
+
+func (s *riverSystem) stop(ctx context.Context) error {
+	err := s.client.Stop(ctx)
+	s.cancel()
+	return err
+}
+
+type outboxSystem struct {
+	client *outbox.Client
+	disp   *dispatcher.Dispatcher
+	effect string
+	pool   *pgxpool.Pool
+	events <-chan *river.Event
+	cancel func()
+	out    chan int64
+	run    int64
+}
+
+func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect string, guarantee effects.Guarantee, cfg *Config) (*outboxSystem, error) {
+	e, err := noop.New(&noop.Config{Name: effect, Guarantee: guarantee})
+	if err != nil {
+		return nil, err
+	}
+	reg, err := effects.NewRegistry(e)
+	if err != nil {
+		return nil, err
+	}
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	disp, err := dispatcher.New(pool, &dispatcher.Config{Effects: reg, Schema: schema, Workers: cfg.Workers})
+	if err != nil {
+		return nil, err
+	}
+	s := &outboxSystem{client: client, disp: disp, effect: effect, pool: pool, out: make(chan int64, 1024), run: rand.Int64()}
+	s.events, s.cancel = disp.River().SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+	go func() {
+		defer close(s.out)
+		for ev := range s.events {
+			var args workers.IntentArgs
+			if ev.Job.Kind != args.Kind() || json.Unmarshal(ev.Job.EncodedArgs, &args) != nil {
+				continue
+			}
+			s.out <- args.IntentID
+		}
+	}()
+	if err := disp.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *outboxSystem) insert(ctx context.Context, i int) (int64, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	res, err := s.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{
+		Key:    fmt.Sprintf("bench-%x-%d", s.run, i),
+		Effect: s.effect,
+		Args:   map[string]any{"n": i},
+	})
+	if err != nil {
+		return 0, err
+	}
+	return res.Intent.ID, tx.Commit(ctx)
+}
+
+func (s *outboxSystem) completed() <-chan int64 { return s.out }
+
+func (s *outboxSystem) stop(ctx context.Context) error {
+	err := s.disp.Stop(ctx)
+	s.cancel()
+	return err
+}
+
+// measure drives count units through sys from cfg.Clients callers, paced at
+// offered units per second in all (0: unpaced), and waits for all to complete.
+func measure(ctx context.Context, sys system, name string, cfg *Config, offered float64) (*Result, error) {
+	var (
+		mu        sync.Mutex
+		committed = make(map[int64]time.Time, cfg.Count)
+		early     = make(map[int64]time.Time) // completed before the caller recorded its commit
+		lat       = make([]time.Duration, 0, cfg.Count)
+		txTimes   = make([]time.Duration, 0, cfg.Count)
+		next      atomic.Int64
+		firstErr  error
+		errOnce   sync.Once
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for id := range sys.completed() {
+			now := time.Now()
+			mu.Lock()
+			if at, ok := committed[id]; ok {
+				lat = append(lat, now.Sub(at))
+				delete(committed, id)
+			} else {
+				early[id] = now
+			}
+			n := len(lat)
+			mu.Unlock()
+			if n == cfg.Count {
+				return
+			}
+		}
+	}()
+
+	start := time.Now()
+	var interval time.Duration
+	if offered > 0 {
+		interval = time.Duration(float64(time.Second) / offered)
+	}
+	var wg sync.WaitGroup
+	for range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= cfg.Count || ctx.Err() != nil {
+					return
+				}
+				if interval > 0 {
+					// Open-loop pacing: unit i is due at start + i*interval,
+					// whatever earlier units took.
+					if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+						time.Sleep(d)
+					}
+				}
+				t0 := time.Now()
+				id, err := sys.insert(ctx, i)
+				t1 := time.Now()
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				mu.Lock()
+				txTimes = append(txTimes, t1.Sub(t0))
+				if at, ok := early[id]; ok {
+					lat = append(lat, at.Sub(t1))
+					delete(early, id)
+				} else {
+					committed[id] = t1
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, fmt.Errorf("%s: error inserting: %w", name, firstErr)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		mu.Lock()
+		n := len(lat)
+		mu.Unlock()
+		return nil, fmt.Errorf("%s: only %d of %d completed within 2 minutes", name, n, cfg.Count)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	slices.Sort(txTimes)
+	return &Result{
+		Name:        name,
+		Count:       len(lat),
+		Elapsed:     elapsed,
+		Rate:        float64(len(lat)) / elapsed.Seconds(),
+		OfferedRate: offered,
+		P50:         pct(lat, 0.50),
+		P99:         pct(lat, 0.99),
+		TxP50:       pct(txTimes, 0.50),
+		TxP99:       pct(txTimes, 0.99),
+	}, nil
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
+}
+
+// Kind names a system to measure.
+type Kind struct {
+	// Name is how results are labelled.
+	Name string
+	// Guarantee selects the outbox noop effect's guarantee; empty means
+	// plain River.
+	Guarantee effects.Guarantee
+}
+
+// Kinds are the systems Compare measures: the baseline first.
+var Kinds = []Kind{
+	{Name: "river InsertTx"},
+	{Name: "outbox noop (deduplicated)", Guarantee: effects.GuaranteeDeduplicated},
+	{Name: "outbox noop_at_most_once", Guarantee: effects.GuaranteeAtMostOnce},
+}
+
+// Run measures one kind in a fresh schema, which it drops afterwards.
+func Run(ctx context.Context, pool *pgxpool.Pool, kind Kind, cfg *Config, offered float64) (*Result, error) {
+	cfg = cfg.withDefaults()
+	schema := fmt.Sprintf("bench_%x", rand.Uint32())
+	m, err := migrations.New(pool, schema)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	}()
+
+	var sys system
+	if kind.Guarantee == "" {
+		sys, err = newRiverSystem(ctx, pool, schema, cfg)
+	} else {
+		sys, err = newOutboxSystem(ctx, pool, schema, "noop", kind.Guarantee, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res, err := measure(ctx, sys, kind.Name, cfg, offered)
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if serr := sys.stop(stopCtx); serr != nil && err == nil {
+		err = serr
+	}
+	return res, err
+}
+
+// Comparison is the outcome of Compare.
+type Comparison struct {
+	// Max are the unpaced runs, baseline first.
+	Max []*Result `json:"max"`
+	// Paced are the runs at OfferedRate, baseline first.
+	Paced []*Result `json:"paced"`
+	// OfferedRate is half the baseline's maximum rate.
+	OfferedRate float64 `json:"offered_rate_per_s"`
+}
+
+// Ratio is outbox's maximum rate over the baseline's, for Max[i].
+func (c *Comparison) Ratio(i int) float64 { return c.Max[i].Rate / c.Max[0].Rate }
+
+// Compare measures every kind's maximum rate, then every kind's latency at
+// half the baseline's maximum rate (latency at saturation is only queueing).
+func Compare(ctx context.Context, pool *pgxpool.Pool, kinds []Kind, cfg *Config) (*Comparison, error) {
+	cfg = cfg.withDefaults()
+	if len(kinds) == 0 || kinds[0].Guarantee != "" {
+		return nil, errors.New("bench: the first kind must be the River baseline")
+	}
+	c := &Comparison{}
+	for _, k := range kinds {
+		cfg.Logger.InfoContext(ctx, "measuring maximum rate", slog.String("kind", k.Name))
+		r, err := Run(ctx, pool, k, cfg, 0)
+		if err != nil {
+			return nil, err
+		}
+		c.Max = append(c.Max, r)
+	}
+	c.OfferedRate = c.Max[0].Rate / 2
+	paced := *cfg
+	// A paced run lasts about as long as an unpaced one would at the rate.
+	paced.Count = max(1000, min(cfg.Count, int(c.OfferedRate*5)))
+	for _, k := range kinds {
+		cfg.Logger.InfoContext(ctx, "measuring latency at offered load", slog.String("kind", k.Name), slog.Float64("rate", c.OfferedRate))
+		r, err := Run(ctx, pool, k, &paced, c.OfferedRate)
+		if err != nil {
+			return nil, err
+		}
+		c.Paced = append(c.Paced, r)
+	}
+	return c, nil
+}

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// connect opens a pool on cfg's database and checks that it answers.
+// maxConns of 0 keeps pgxpool's default.
+func connect(ctx context.Context, cfg *Config, maxConns int32) (*pgxpool.Pool, error) {
+	if err := cfg.requireDatabaseURL(); err != nil {
+		return nil, err
+	}
+	poolConfig, err := parseDatabaseURL(cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if maxConns > 0 {
+		poolConfig.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	if err != nil {
+		return nil, fmt.Errorf("error connecting to %s: %w", redactDatabaseURL(cfg.DatabaseURL), err)
+	}
+	// The pool connects lazily; fail here, with one clear line, rather
+	// than in the middle of the command.
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("error connecting to %s: %w", redactDatabaseURL(cfg.DatabaseURL), err)
+	}
+	return pool, nil
+}
+
+// withTx runs fn in a transaction on pool and commits it when fn succeeds.
+func withTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) (T, error)) (T, error) {
+	var zero T
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return zero, fmt.Errorf("error beginning transaction: %w", err)
+	}
+	// Rolls back on every path but a successful commit, where it is a no-op;
+	// WithoutCancel, so that a cancelled ctx still releases the connection
+	// cleanly.
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	res, err := fn(tx)
+	if err != nil {
+		return zero, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return zero, fmt.Errorf("error committing transaction: %w", err)
+	}
+	return res, nil
+}
+
+// redacted replaces passwords in redactDatabaseURL's answers.
+const redacted = "xxxxx"
+
+// keywordPasswordRE finds the password and sslpassword settings of a
+// keyword/value connection string, quoted or not, with the quotes escaped
+// by a backslash or doubled inside.
+var keywordPasswordRE = regexp.MustCompile(`(?i)\b((?:ssl)?password)\s*=\s*(?:'(?:[^'\\]|\\.|'')*'|[^\s]*)`)
+
+// redactDatabaseURL returns the connection string with its passwords
+// replaced, for logs and errors: the URL's user password and its password
+// and sslpassword parameters, or a keyword/value string's password settings.
+// A URL that does not parse is replaced entirely.
+func redactDatabaseURL(s string) string {
+	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
+		return keywordPasswordRE.ReplaceAllString(s, "${1}="+redacted)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return redacted
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), redacted)
+	}
+	q := u.Query()
+	for key := range q {
+		if strings.EqualFold(key, "password") || strings.EqualFold(key, "sslpassword") {
+			q.Set(key, redacted)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}

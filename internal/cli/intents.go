@@ -1,0 +1,252 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-dev/outbox"
+)
+
+var (
+	cmdIntents = &command{
+		name: "intents",
+		args: "list|show|cancel|resolve",
+		doc: `Reads and moves on the intents of OUTBOX_NAMESPACE.
+
+Subcommands:
+  list      list intents, newest first
+  show      print one intent, optionally waiting until it is terminal
+  cancel    cancel a pending intent
+  resolve   decide the outcome of an unknown intent`,
+	}
+	cmdIntentsList = &command{
+		name: "intents list",
+		args: "[--state S[,S...]] [--effect E] [--limit N] [--cursor C] [--json]",
+		doc: `Lists intents, newest first, as a table (key, state, effect, attempts,
+created_at) or with --json as {"intents": [...], "next_cursor": ...}, where
+next_cursor is null on the last page. When there are more, the table is
+followed by a note on stderr giving the --cursor of the next page.`,
+	}
+	cmdIntentsShow = &command{
+		name: "intents show",
+		args: "KEY [--wait DURATION]",
+		doc: `Prints the intent as JSON. With --wait, first waits until it is terminal
+(succeeded, failed, unknown or cancelled) or the duration ends, and prints it
+either way; the exit code is then 1 if it is still not terminal.`,
+	}
+	cmdIntentsCancel = &command{
+		name: "intents cancel",
+		args: "KEY",
+		doc: `Cancels a pending intent and prints it as JSON. Fails with not_cancellable
+once it has left pending, or when an earlier attempt may have reached the
+provider.`,
+	}
+	cmdIntentsResolve = &command{
+		name: "intents resolve",
+		args: "KEY --outcome succeeded|failed|retry [--note TEXT]",
+		doc: `Moves an unknown intent on, as an operator's decision: succeeded (the effect
+did happen), failed (it did not, and must not be sent again) or retry (send it
+again, knowingly). Prints the intent as JSON. Fails with not_unknown for an
+intent in another state.`,
+	}
+)
+
+func (a *app) intents(ctx context.Context, args []string) error {
+	return a.subcommand(ctx, cmdIntents, args, map[string]func(context.Context, []string) error{
+		"cancel":  a.intentsCancel,
+		"list":    a.intentsList,
+		"resolve": a.intentsResolve,
+		"show":    a.intentsShow,
+	})
+}
+
+// intentList is a listing as JSON.
+type intentList struct {
+	Intents    []*outbox.Intent `json:"intents"`
+	NextCursor *string          `json:"next_cursor"`
+}
+
+func (a *app) intentsList(ctx context.Context, args []string) error {
+	fs := newFlagSet(cmdIntentsList)
+	states := fs.String("state", "", "keep only intents in these `STATES`, comma-separated (pending, running, succeeded, failed, unknown, cancelled)")
+	effect := fs.String("effect", "", "keep only intents of this `EFFECT`")
+	limit := fs.Int("limit", outbox.ListLimitDefault, "page size `N`, at most "+strconv.Itoa(outbox.ListLimitMax))
+	cursor := fs.String("cursor", "", "continue a previous listing from its next `CURSOR`")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if _, err := a.parse(cmdIntentsList, fs, args, 0, 0); err != nil {
+		return err
+	}
+	params := &outbox.ListParams{Cursor: *cursor, Effect: *effect, Limit: *limit}
+	if *states != "" {
+		for _, s := range strings.Split(*states, ",") {
+			params.States = append(params.States, outbox.State(strings.TrimSpace(s)))
+		}
+	}
+
+	client, pool, cfg, err := a.newClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	params.Namespace = cfg.Namespace
+	res, err := client.List(ctx, params)
+	if err != nil {
+		return err
+	}
+
+	if *asJSON {
+		out := intentList{Intents: res.Intents}
+		if res.NextCursor != "" {
+			out.NextCursor = &res.NextCursor
+		}
+		return writeJSON(a.stdout, out)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATE\tEFFECT\tATTEMPTS\tCREATED_AT")
+	for _, i := range res.Intents {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", i.Key, i.State, i.Effect, i.Attempts, i.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if res.NextCursor != "" {
+		fmt.Fprintf(a.stderr, "more intents: add --cursor %s\n", res.NextCursor)
+	}
+	return nil
+}
+
+// waitRereadTimeout bounds show --wait's last read after its wait ended.
+const waitRereadTimeout = 10 * time.Second
+
+func (a *app) intentsShow(ctx context.Context, args []string) error {
+	fs := newFlagSet(cmdIntentsShow)
+	wait := fs.Duration("wait", 0, "wait up to `DURATION` (such as 30s) for the intent to be terminal")
+	positional, err := a.parse(cmdIntentsShow, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *wait < 0 {
+		return &usageError{cmd: cmdIntentsShow.name, msg: "--wait must not be negative"}
+	}
+	key := positional[0]
+
+	client, pool, cfg, err := a.newClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if *wait == 0 {
+		intent, err := client.Get(ctx, cfg.Namespace, key)
+		if err != nil {
+			return err
+		}
+		return writeJSON(a.stdout, intent)
+	}
+
+	waitCtx, cancel := context.WithTimeout(ctx, *wait)
+	defer cancel()
+	intent, err := client.Wait(waitCtx, cfg.Namespace, key)
+	if err != nil {
+		if waitCtx.Err() == nil || ctx.Err() != nil {
+			return err
+		}
+		// The wait ran out, possibly in the middle of a read: read the
+		// intent once more, to print how it stands now.
+		readCtx, cancel := context.WithTimeout(ctx, waitRereadTimeout)
+		defer cancel()
+		if intent, err = client.Get(readCtx, cfg.Namespace, key); err != nil {
+			return err
+		}
+	}
+	if err := writeJSON(a.stdout, intent); err != nil {
+		return err
+	}
+	if !intent.State.Terminal() {
+		fmt.Fprintf(a.stderr, "outboxd: intent %s is still %s after %s\n", key, intent.State, *wait)
+		return &exitError{code: ExitFailure}
+	}
+	return nil
+}
+
+func (a *app) intentsCancel(ctx context.Context, args []string) error {
+	positional, err := a.parse(cmdIntentsCancel, newFlagSet(cmdIntentsCancel), args, 1, 1)
+	if err != nil {
+		return err
+	}
+	client, pool, cfg, err := a.newClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	intent, err := client.Cancel(ctx, cfg.Namespace, positional[0])
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(a.stdout, intent); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "cancelled intent %s\n", intent.Key)
+	return nil
+}
+
+func (a *app) intentsResolve(ctx context.Context, args []string) error {
+	fs := newFlagSet(cmdIntentsResolve)
+	outcome := fs.String("outcome", "", "the `OUTCOME`: succeeded, failed or retry (required)")
+	note := fs.String("note", "", "records `TEXT` saying why")
+	positional, err := a.parse(cmdIntentsResolve, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	switch o := outbox.Outcome(*outcome); o {
+	case outbox.OutcomeSucceeded, outbox.OutcomeFailed, outbox.OutcomeRetry:
+	case "":
+		return &usageError{cmd: cmdIntentsResolve.name, msg: "--outcome is required"}
+	default:
+		return &usageError{cmd: cmdIntentsResolve.name, msg: fmt.Sprintf("--outcome must be succeeded, failed or retry, not %q", o)}
+	}
+	client, pool, cfg, err := a.newClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	intent, err := client.Resolve(ctx, &outbox.ResolveParams{
+		Key:       positional[0],
+		Namespace: cfg.Namespace,
+		Note:      *note,
+		Outcome:   outbox.Outcome(*outcome),
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(a.stdout, intent); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "resolved intent %s: now %s\n", intent.Key, intent.State)
+	return nil
+}
+
+// newClient reads the configuration and returns a client without effects,
+// for the commands that only read and resolve intents, with its pool to
+// close.
+func (a *app) newClient(ctx context.Context) (*outbox.Client, *pgxpool.Pool, *Config, error) {
+	cfg, err := a.config(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, err := connect(ctx, cfg, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	client, err := outbox.NewClient(pool, &outbox.Config{Logger: newLogger(cfg, a.stderr), Schema: cfg.Schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	return client, pool, cfg, nil
+}

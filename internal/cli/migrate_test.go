@@ -1,0 +1,66 @@
+package cli_test
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/testdb"
+)
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StatusUpToDate", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		res := bundle.run(t, "migrate", "status")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Regexp(t, `(?m)^river   current (\d+) latest (\d+)$`, res.stdout)
+		require.Contains(t, res.stdout, "outbox  current 001 latest 001\n")
+		require.Contains(t, res.stdout, "\nup to date\n")
+	})
+
+	t.Run("UpDownStatus", func(t *testing.T) {
+		t.Parallel()
+		env := map[string]string{"DATABASE_URL": testdb.URL(t), "OUTBOX_SCHEMA": testdb.Schema(t)}
+
+		res := runEnv(t, env, nil, "migrate", "status")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Contains(t, res.stdout, "river   current 000")
+		require.Contains(t, res.stdout, "outbox  current 000 latest 001\n")
+		require.Contains(t, res.stdout, "\npending migrations\n")
+
+		res = runEnv(t, env, nil, "migrate", "up")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Regexp(t, `^(applied river \d{3} .+\n)+applied outbox 001 intents\n$`, res.stdout)
+		riverApplied := len(regexp.MustCompile(`(?m)^applied river`).FindAllString(res.stdout, -1))
+
+		res = runEnv(t, env, nil, "migrate", "up")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Equal(t, "already up to date\n", res.stdout)
+
+		res = runEnv(t, env, nil, "migrate", "status")
+		require.Contains(t, res.stdout, "\nup to date\n")
+
+		res = runEnv(t, env, nil, "migrate", "down")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Equal(t, "reverted outbox 001 intents\n", res.stdout)
+
+		res = runEnv(t, env, nil, "migrate", "down")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Equal(t, "nothing to revert\n", res.stdout)
+
+		res = runEnv(t, env, nil, "migrate", "status")
+		require.Contains(t, res.stdout, "outbox  current 000 latest 001\n")
+		require.Contains(t, res.stdout, "\npending migrations\n")
+
+		res = runEnv(t, env, nil, "migrate", "down", "--all")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Len(t, regexp.MustCompile(`(?m)^reverted river \d{3} `).FindAllString(res.stdout, -1), riverApplied)
+
+		res = runEnv(t, env, nil, "migrate", "status")
+		require.Contains(t, res.stdout, "river   current 000")
+	})
+}
