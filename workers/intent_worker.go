@@ -167,11 +167,13 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 			c = &r.claimed
 			c.prevState = "pending"
 			c.expectState, c.expectAttempt = "pending", r.attempt
-			c.attempt = r.attempt + 1
 			// Every River attempt of this job that ran the effect recorded
 			// its outcome in job_attempt, except one that died: then the
-			// provider may have acted.
-			if job.Attempt > r.jobAttempt+1 {
+			// provider may have acted. Died attempts count as attempts, so
+			// that the attempt number still grows with every try.
+			lost := job.Attempt - r.jobAttempt - 1
+			c.attempt = r.attempt + 1 + max(lost, 0)
+			if lost > 0 {
 				c.prevState = "running"
 				c.maybeSent = true
 			}

@@ -69,11 +69,12 @@ var (
 // database (TEST_DATABASE_URL when set, else starts a pgcluster for this test
 // binary), runs the tests, stops the cluster, and exits with the tests' code.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-// run is Main without the os.Exit, so that deferred cleanups run.
-func run(m *testing.M) int {
+// Run is Main without the os.Exit, for a TestMain with cleanups of its own.
+// It returns the tests' exit code.
+func Run(m *testing.M) int {
 	databaseURL = os.Getenv(envDatabaseURL)
 
 	if databaseURL == "" {

@@ -1,0 +1,213 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	code := testdb.Run(m)
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	binDir   string
+	binOnce  sync.Once
+	binPath  string
+	binError error
+)
+
+// outboxd builds the outboxd binary once per test run.
+func outboxd(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binError = os.MkdirTemp("", "outboxd-bin-*")
+		if binError != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "outboxd")
+		cmd := exec.Command("go", "build", "-o", binPath, "../cmd/outboxd")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			binError = fmt.Errorf("go build: %v\n%s", err, out.String())
+		}
+	})
+	require.NoError(t, binError)
+	return binPath
+}
+
+// env is one test's environment for outboxd processes.
+type env struct {
+	t      *testing.T
+	client *outbox.Client
+	pool   *pgxpool.Pool
+	schema string
+	vars   []string
+}
+
+func newEnv(t *testing.T, extra ...string) *env {
+	t.Helper()
+	pool, schema := outboxtest.Schema(t)
+	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
+	require.NoError(t, err)
+	vars := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"DATABASE_URL=" + testdb.URL(t),
+		"OUTBOX_SCHEMA=" + schema,
+		"OUTBOX_SANDBOX=true",
+		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
+		"OUTBOX_EFFECT_TIMEOUT=1s",
+		"OUTBOX_WORKERS=10",
+	}
+	return &env{t: t, client: client, pool: pool, schema: schema, vars: append(vars, extra...)}
+}
+
+// run runs an outboxd command to completion.
+func (e *env) run(args ...string) (stdout, stderr string, code int) {
+	e.t.Helper()
+	cmd := exec.Command(outboxd(e.t), args...)
+	cmd.Env = e.vars
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		exitErr, ok := err.(*exec.ExitError)
+		require.True(e.t, ok, "running outboxd %v: %v", args, err)
+		code = exitErr.ExitCode()
+	}
+	return out.String(), errOut.String(), code
+}
+
+// process is a running `outboxd serve`.
+type process struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	done chan struct{}
+
+	mu    sync.Mutex
+	lines []string
+	cond  *sync.Cond
+}
+
+// serve starts `outboxd serve` and waits until it listens.
+func (e *env) serve() *process {
+	e.t.Helper()
+	cmd := exec.Command(outboxd(e.t), "serve")
+	cmd.Env = e.vars
+	stderr, err := cmd.StderrPipe()
+	require.NoError(e.t, err)
+	cmd.Stdout = io.Discard
+	require.NoError(e.t, cmd.Start())
+	p := &process{t: e.t, cmd: cmd, done: make(chan struct{})}
+	p.cond = sync.NewCond(&p.mu)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			p.cond.Broadcast()
+			p.mu.Unlock()
+		}
+		_ = cmd.Wait()
+		close(p.done)
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}()
+	e.t.Cleanup(func() {
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		if e.t.Failed() {
+			e.t.Logf("outboxd serve (pid %d) said:\n%s", cmd.Process.Pid, p.output())
+		}
+	})
+	p.waitFor("outboxd serving", 30*time.Second)
+	return p
+}
+
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// waitFor waits until the process logged a line containing s, and returns it.
+func (p *process) waitFor(s string, timeout time.Duration) string {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer timer.Stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seen := 0
+	for {
+		for ; seen < len(p.lines); seen++ {
+			if strings.Contains(p.lines[seen], s) {
+				return p.lines[seen]
+			}
+		}
+		select {
+		case <-p.done:
+			p.t.Fatalf("outboxd exited before logging %q:\n%s", s, strings.Join(p.lines, "\n"))
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("outboxd did not log %q within %s:\n%s", s, timeout, strings.Join(p.lines, "\n"))
+		}
+		p.cond.Wait()
+	}
+}
+
+func (p *process) signal(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+}
+
+// kill9 kills the process the way a crash would, and waits for it to be gone.
+func (p *process) kill9() {
+	p.t.Helper()
+	p.signal(syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.t.Fatal("outboxd did not die")
+	}
+}
+
+// wait waits until the intent is terminal.
+func (e *env) wait(key string, timeout time.Duration) *outbox.Intent {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	intent, err := e.client.Wait(ctx, "", key)
+	require.NoError(e.t, err, "intent %s did not become terminal (last seen %+v)", key, intent)
+	return intent
+}
