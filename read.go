@@ -20,6 +20,9 @@ func (c *Client) get(ctx context.Context, q Executor, namespace, key string) (*I
 	if namespace == "" {
 		namespace = NamespaceDefault
 	}
+	if err := ValidateNamespace(namespace); err != nil {
+		return nil, err
+	}
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -71,6 +74,9 @@ func (c *Client) List(ctx context.Context, params *ListParams) (*ListResult, err
 	namespace := params.Namespace
 	if namespace == "" {
 		namespace = NamespaceDefault
+	}
+	if err := ValidateNamespace(namespace); err != nil {
+		return nil, err
 	}
 	limit := params.Limit
 	switch {
@@ -154,11 +160,17 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return intent, ctx.Err()
+		}
 		return intent, fmt.Errorf("error acquiring connection to wait: %w", err)
 	}
 	defer conn.Release()
 	channel := pgx.Identifier{c.channelChanged}.Sanitize()
 	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		if ctx.Err() != nil {
+			return intent, ctx.Err()
+		}
 		return intent, fmt.Errorf("error listening: %w", err)
 	}
 	defer func() {
@@ -171,7 +183,7 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 
 	// Read again now that we listen: a change between the first read and
 	// LISTEN would otherwise be missed.
-	if intent, err = c.get(ctx, conn, namespace, key); err != nil || intent.State.Terminal() {
+	if intent, err = c.reread(ctx, conn, intent); err != nil || intent.State.Terminal() {
 		return intent, err
 	}
 	id := strconv.FormatInt(intent.ID, 10)
@@ -186,10 +198,24 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 		if !changedToTerminal(n.Payload, id) {
 			continue
 		}
-		if intent, err = c.get(ctx, conn, namespace, key); err != nil || intent.State.Terminal() {
+		if intent, err = c.reread(ctx, conn, intent); err != nil || intent.State.Terminal() {
 			return intent, err
 		}
 	}
+}
+
+// reread reads intent again. On failure it returns the intent as last read,
+// with ctx's error when ctx ended, so that a waiter always has something to
+// show.
+func (c *Client) reread(ctx context.Context, q Executor, last *Intent) (*Intent, error) {
+	intent, err := c.get(ctx, q, last.Namespace, last.Key)
+	if err != nil {
+		if ctx.Err() != nil {
+			return last, ctx.Err()
+		}
+		return last, err
+	}
+	return intent, nil
 }
 
 // Cancel moves a pending intent to cancelled. It returns ErrNotCancellable
@@ -198,6 +224,9 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, error) {
 	if namespace == "" {
 		namespace = NamespaceDefault
+	}
+	if err := ValidateNamespace(namespace); err != nil {
+		return nil, err
 	}
 	if err := ValidateKey(key); err != nil {
 		return nil, err
@@ -253,6 +282,9 @@ func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, e
 	namespace := params.Namespace
 	if namespace == "" {
 		namespace = NamespaceDefault
+	}
+	if err := ValidateNamespace(namespace); err != nil {
+		return nil, err
 	}
 	if err := ValidateKey(params.Key); err != nil {
 		return nil, err

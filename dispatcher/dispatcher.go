@@ -96,6 +96,7 @@ type Dispatcher struct {
 	mu        sync.Mutex
 	cancel    context.CancelFunc
 	drainDone chan struct{}
+	stopped   bool
 }
 
 // New returns a Dispatcher; Start runs it.
@@ -226,8 +227,15 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if d.cancel != nil {
 		return errors.New("dispatcher: already started")
 	}
+	if d.stopped {
+		// The workers' batchers are closed for good; make a new Dispatcher.
+		return errors.New("dispatcher: cannot be started again once stopped")
+	}
 	d.worker.Start()
-	if err := d.river.Start(ctx); err != nil {
+	// River treats the end of Start's context as a hard stop that cancels
+	// running attempts. Stopping is Stop's job, which is graceful; so River
+	// gets a context that never ends.
+	if err := d.river.Start(context.WithoutCancel(ctx)); err != nil {
 		d.worker.Stop()
 		return fmt.Errorf("error starting River: %w", err)
 	}
@@ -265,5 +273,6 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	}
 	d.worker.Stop()
 	d.cancel = nil
+	d.stopped = true
 	return nil
 }

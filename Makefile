@@ -1,0 +1,25 @@
+# Targets match the README and .ci/run.
+
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+
+.PHONY: run test lint bench ci
+
+# The main job: migrate, then serve with the sandbox effects, against
+# DATABASE_URL (the machine's PostgreSQL by default).
+run:
+	DATABASE_URL='$(DATABASE_URL)' OUTBOX_SANDBOX=true OUTBOX_AUTO_MIGRATE=true go run ./cmd/outboxd serve
+
+# The tests. They use TEST_DATABASE_URL when set, and otherwise start a
+# throwaway PostgreSQL cluster from the local binaries.
+test:
+	go test ./...
+
+lint:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	go vet ./...
+
+# Plain River against outbox, side by side, on DATABASE_URL.
+bench:
+	TEST_DATABASE_URL='$(DATABASE_URL)' go test ./internal/bench -run '^$$' -bench Compare -benchtime 1x -timeout 30m
+
+ci: lint test
