@@ -55,8 +55,8 @@ type Client struct {
 	schema  string
 
 	// SQL, rendered once for the schema.
-	sqlEnqueue, sqlEnqueueMany, sqlGet, sqlGetByID, sqlList, sqlCancel, sqlResolve string
-	channelChanged                                                                 string
+	sqlEnqueue, sqlEnqueueRetry, sqlEnqueueMany, sqlGet, sqlGetByID, sqlList, sqlCancel, sqlResolve string
+	channelChanged                                                                                  string
 }
 
 // NewClient returns a client. pool serves reads, waits and operator actions;
@@ -87,6 +87,8 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 // Schema returns the client's schema.
 func (c *Client) Schema() string { return c.schema }
 
+func quoteLiteral(s string) string { return strings.ReplaceAll(s, "'", "''") }
+
 func prefixed(prefix string) string {
 	cols := make([]string, len(intentColumns))
 	for i, col := range intentColumns {
@@ -101,7 +103,36 @@ func (c *Client) prepareSQL() {
 	all := prefixed("")
 	c.channelChanged = c.schema + ".intent_changed"
 
-	c.sqlEnqueue = `SELECT ` + prefixed("(r.intent).") + `, r.duplicate, r.conflict
+	// The enqueue is one statement. Its usual case, a new key or a key
+	// recorded long ago, is this plain statement. It does what the SQL
+	// function outbox_enqueue_try does, without a plpgsql call (a third of
+	// the cost of an enqueue). It returns no row in one race only: a
+	// concurrent enqueue of the same key committed while the INSERT waited
+	// for it, after this statement's snapshot was taken, so the SELECT
+	// cannot see that row. EnqueueTx then calls outbox_enqueue_try
+	// (sqlEnqueueRetry), whose statements take fresh snapshots.
+	//
+	// The notification wakes the dispatcher's drain; like the function, a
+	// session notifies at most once a second, because a notifying commit
+	// holds a database-wide lock until it is durable (see the migration).
+	guc := "outbox.notified_" + c.schema
+	c.sqlEnqueue = `WITH ins AS (
+			INSERT INTO ` + table + ` (namespace, key, effect, args, provider_key, requested_by, key_source)
+			VALUES ($1, $2, $3, $4, ` + s + `.outbox_provider_key($1, $2), $5, $6)
+			ON CONFLICT (namespace, key) DO NOTHING
+			RETURNING ` + all + `
+		), notified AS (
+			SELECT pg_notify('` + quoteLiteral(c.schema+".intent_pending") + `', ''),
+			       set_config('` + guc + `', clock_timestamp()::text, false)
+			FROM ins
+			WHERE coalesce(nullif(current_setting('` + guc + `', true), ''), '-infinity')::timestamptz
+			      <= clock_timestamp() - interval '1 second'
+		)
+		SELECT ` + all + `, false, false FROM ins, (SELECT count(*) FROM notified) n
+		UNION ALL
+		SELECT ` + all + `, true, NOT (effect = $3 AND args = $4::jsonb) FROM ` + table + `
+		WHERE namespace = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`
+	c.sqlEnqueueRetry = `SELECT ` + prefixed("(r.intent).") + `, r.duplicate, r.conflict
 		FROM ` + s + `.outbox_enqueue_try($1, $2, $3, $4, $5, $6) r`
 	c.sqlEnqueueMany = `SELECT ` + prefixed("(r.intent).") + `, r.duplicate, r.conflict, r.ord
 		FROM ` + s + `.outbox_enqueue_many($1, $2, $3, $4, $5, $6) r`
@@ -354,8 +385,12 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 		return nil, err
 	}
 	var duplicate, conflict bool
-	intent, err := scanIntent(tx.QueryRow(ctx, c.sqlEnqueue,
-		p.namespace, p.key, p.effect, string(p.args), p.requestedBy, p.keySource), &duplicate, &conflict)
+	args := []any{p.namespace, p.key, p.effect, string(p.args), p.requestedBy, p.keySource}
+	intent, err := scanIntent(tx.QueryRow(ctx, c.sqlEnqueue, args...), &duplicate, &conflict)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Lost the race described at sqlEnqueue: nothing was written.
+		intent, err = scanIntent(tx.QueryRow(ctx, c.sqlEnqueueRetry, args...), &duplicate, &conflict)
+	}
 	if err != nil {
 		return nil, c.dbError("error enqueueing intent", err)
 	}

@@ -603,3 +603,64 @@ func TestWait(t *testing.T) {
 		require.True(t, errors.Is(err, outbox.ErrNotFound))
 	})
 }
+
+// The enqueue's fast path cannot see a row committed by a concurrent
+// enqueue of the same key while it waited; it must fall back and still
+// answer with that intent.
+func TestEnqueueTxWaitsForConcurrentSameKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	first, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer first.Rollback(ctx) //nolint:errcheck
+	res1, err := b.client.EnqueueTx(ctx, first, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{"a": 1}})
+	require.NoError(t, err)
+
+	conn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var pid int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+	type result struct {
+		res *outbox.EnqueueResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := b.client.EnqueueTx(ctx, conn, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{"a": 1}})
+		done <- result{res, err}
+	}()
+	// The second enqueue is blocked on the first's uncommitted row.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, first.Commit(ctx))
+
+	r := <-done
+	require.NoError(t, r.err)
+	require.True(t, r.res.Duplicate)
+	require.Equal(t, res1.Intent.ID, r.res.Intent.ID)
+
+	// And when the first rolls back instead, the second one's insert wins.
+	first, err = b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = b.client.EnqueueTx(ctx, first, &outbox.EnqueueParams{Key: "k2", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	go func() {
+		res, err := b.client.EnqueueTx(ctx, conn, &outbox.EnqueueParams{Key: "k2", Effect: "noop", Args: map[string]any{}})
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, first.Rollback(ctx))
+	r = <-done
+	require.NoError(t, r.err)
+	require.False(t, r.res.Duplicate)
+}

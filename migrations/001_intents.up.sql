@@ -32,9 +32,12 @@ CREATE TABLE {{schema}}.outbox_intent (
     CONSTRAINT outbox_intent_namespace_key UNIQUE (namespace, key),
     CONSTRAINT outbox_intent_state_check CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'unknown', 'cancelled')),
     CONSTRAINT outbox_intent_key_source_check CHECK (key_source IN ('explicit', 'auto')),
-    CONSTRAINT outbox_intent_key_check CHECK (key ~ '^[!-~]{1,255}$'),
-    CONSTRAINT outbox_intent_namespace_check CHECK (namespace ~ '^[!-~]{1,64}$'),
-    CONSTRAINT outbox_intent_effect_check CHECK (effect ~ '^[a-z][a-z0-9_]{0,63}$'),
+    -- Written without bounded repetition ({1,255}): Postgres's regex engine
+    -- expands it, and '^[!-~]{1,255}$' costs 25 us a row, more than the
+    -- rest of the insert.
+    CONSTRAINT outbox_intent_key_check CHECK (octet_length(key) BETWEEN 1 AND 255 AND key !~ '[^!-~]'),
+    CONSTRAINT outbox_intent_namespace_check CHECK (octet_length(namespace) BETWEEN 1 AND 64 AND namespace !~ '[^!-~]'),
+    CONSTRAINT outbox_intent_effect_check CHECK (octet_length(effect) BETWEEN 1 AND 64 AND effect !~ '[^a-z0-9_]' AND effect ~ '^[a-z]'),
     CONSTRAINT outbox_intent_args_check CHECK (jsonb_typeof(args) = 'object'),
     CONSTRAINT outbox_intent_requested_by_check CHECK (requested_by IS NULL OR length(requested_by) <= 255)
 ) WITH (fillfactor = 80);

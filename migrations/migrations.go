@@ -196,8 +196,7 @@ func (m *Migrator) withLock(ctx context.Context, fn func(tx pgx.Tx) error) error
 
 func (m *Migrator) ensureTable(ctx context.Context, tx pgx.Tx) error {
 	schema := pgx.Identifier{m.schema}.Sanitize()
-	_, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema+`;
-		CREATE TABLE IF NOT EXISTS `+schema+`.outbox_migration (
+	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+schema+`.outbox_migration (
 			version    integer PRIMARY KEY,
 			name       text NOT NULL,
 			applied_at timestamptz NOT NULL DEFAULT now()
