@@ -6,22 +6,30 @@
 //
 // An attempt is three steps, each committed before the next begins:
 //
-//  1. Claim: pending (or running with an expired lease) becomes running with
-//     a fresh attempt number and a lease. Committed before the provider is
-//     called, for every guarantee, so that a lost outcome is always visible
-//     afterwards as "running with an expired lease" and never guessed.
+//  1. Claim (reconcilable and at-most-once effects): pending, or running
+//     with an expired lease, becomes running with a fresh attempt number and
+//     a lease. It is committed before the provider is called, so that a lost
+//     outcome is always visible afterwards as "running with an expired
+//     lease" and never guessed. A deduplicated effect is not claimed: the
+//     provider dedupes concurrent attempts on the provider key, so the
+//     claim's write would buy nothing. Its attempt reads the intent instead,
+//     and learns of a lost earlier attempt from River's attempt counter
+//     (an attempt that recorded nothing died).
 //  2. Execute the effect, with no transaction open.
-//  3. Finish: the outcome is written only if the intent is still running
-//     under this attempt number (fencing). A stale attempt's write matches
-//     no row; it is rejected and counted.
+//  3. Finish: the outcome is written only if the intent is still as the
+//     attempt left it (running under its attempt number after a claim;
+//     pending under the attempt number it read otherwise). A stale
+//     attempt's write matches no row; it is rejected and counted.
 //
 // The River job is completed last, by River's own batched completer, after
 // the worker returns. If the process dies between the finish and River's
 // completion, the job is rescued and runs again, finds a terminal intent and
-// does nothing: the intent row, not the job, is the record of truth.
+// does nothing: the intent row, not the job, is the record of truth. No
+// transaction of the worker's own completes the job.
 //
-// Claims and finishes of concurrent workers are grouped by a batcher into one
-// statement each (group commit), so on a loaded process the database sees a
-// few statements per batch instead of two transactions per intent. Under
-// light load a batch is a single request and nothing waits for company.
+// Claims, reads and finishes of concurrent workers are grouped by a batcher
+// into one statement each (group commit), so on a loaded process the
+// database sees a few statements per batch instead of two transactions per
+// intent. Under light load a batch is a single request and nothing waits for
+// company.
 package workers

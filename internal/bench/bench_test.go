@@ -64,7 +64,8 @@ func BenchmarkOne(b *testing.B) {
 	kind, _ := strconv.Atoi(os.Getenv("BENCH_KIND"))
 	pool := testdb.Pool(b)
 	for b.Loop() {
-		r, err := Run(context.Background(), pool, Kinds[kind], &Config{Count: count}, 0)
+		workersN, _ := strconv.Atoi(os.Getenv("BENCH_WORKERS"))
+		r, err := Run(context.Background(), pool, Kinds[kind], &Config{Count: count, Workers: workersN}, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
