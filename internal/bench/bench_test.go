@@ -2,11 +2,19 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/migrations"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -72,4 +80,38 @@ func BenchmarkOne(b *testing.B) {
 		b.Logf("%s", r)
 		b.ReportMetric(r.Rate, "units/s")
 	}
+}
+
+// BenchmarkEnqueueMany measures batch enqueue: 1,000 intents per
+// transaction, with nothing executing them.
+func BenchmarkEnqueueMany(b *testing.B) {
+	pool := testdb.Pool(b)
+	ctx := context.Background()
+	schema := testdb.Schema(b)
+	m, err := migrations.New(pool, schema)
+	require.NoError(b, err)
+	_, err = m.Up(ctx)
+	require.NoError(b, err)
+	e, err := noop.New(nil)
+	require.NoError(b, err)
+	reg, err := effects.NewRegistry(e)
+	require.NoError(b, err)
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+	require.NoError(b, err)
+	const perTx = 1000
+	n := 0
+	start := time.Now()
+	for b.Loop() {
+		params := make([]*outbox.EnqueueParams, perTx)
+		for i := range params {
+			params[i] = &outbox.EnqueueParams{Key: fmt.Sprintf("batch-%d", n), Effect: "noop", Args: map[string]any{"n": n}}
+			n++
+		}
+		tx, err := pool.Begin(ctx)
+		require.NoError(b, err)
+		_, err = client.EnqueueManyTx(ctx, tx, params)
+		require.NoError(b, err)
+		require.NoError(b, tx.Commit(ctx))
+	}
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "intents/s")
 }
