@@ -60,11 +60,18 @@ func (b *batcher[In, Out]) stop() {
 // reported as abandoned. ctx only bounds the wait for room in the queue.
 func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 	r := &batchReq[In, Out]{in: in, done: make(chan struct{})}
+	// Queue without looking at ctx first: a select with both cases ready
+	// picks one at random, and a cancelled caller with room in the queue
+	// must still get its request in.
 	select {
 	case b.reqs <- r:
-	case <-ctx.Done():
-		var zero Out
-		return zero, ctx.Err()
+	default:
+		select {
+		case b.reqs <- r:
+		case <-ctx.Done():
+			var zero Out
+			return zero, ctx.Err()
+		}
 	}
 	<-r.done
 	return r.out, r.err

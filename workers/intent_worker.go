@@ -332,7 +332,10 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, outcome string, f
 	// A lost outcome detected by a deduplicated read is recorded with the
 	// outcome (a claim records it itself).
 	f.maybeSent = f.maybeSent || c.maybeSent
-	applied, err := w.finishes.do(ctx, f)
+	// The outcome is known now; record it even if River is cancelling the
+	// attempt (a stop past the effect timeout), or the next attempt would
+	// take a known outcome for a lost one.
+	applied, err := w.finishes.do(context.WithoutCancel(ctx), f)
 	if err != nil {
 		// Not recorded: the intent stays running under our lease, and the
 		// next attempt treats this one's outcome as lost. That is exactly
