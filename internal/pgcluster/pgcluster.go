@@ -68,6 +68,14 @@ type Config struct {
 	// Defaults to the directory found by FindBinDir.
 	BinDir string
 
+	// CrashSafe keeps synchronous_commit on, so that a commit that was
+	// acknowledged survives a crash of the server (Restart). The cluster is
+	// faster without it, and only fault tests need it. fsync stays off
+	// either way: the operating system does not crash in a test.
+	//
+	// Defaults to false.
+	CrashSafe bool
+
 	// Logger receives messages about the cluster's lifecycle.
 	//
 	// Defaults to a logger that discards everything.
@@ -82,6 +90,8 @@ type Cluster struct {
 	dir     string
 	logger  *slog.Logger
 	url     string
+
+	crashSafe bool
 
 	// credential is the user to run PostgreSQL binaries as, or nil to run
 	// them as the current user.
@@ -135,6 +145,7 @@ func Start(ctx context.Context, config *Config) (*Cluster, error) {
 		dataDir:    filepath.Join(dir, "data"),
 		dir:        dir,
 		logger:     logger,
+		crashSafe:  config.CrashSafe,
 	}
 
 	if err := cluster.start(ctx); err != nil {
@@ -210,6 +221,10 @@ func (c *Cluster) start(ctx context.Context) error {
 // to accept connections. On success it sets c.url.
 func (c *Cluster) startServer(ctx context.Context, port int) error {
 	// pg_ctl hands these to the server through a shell, hence the quoting.
+	syncCommit := "off"
+	if c.crashSafe {
+		syncCommit = "on"
+	}
 	serverOptions := strings.Join([]string{
 		"-p", strconv.Itoa(port),
 		"-h", "127.0.0.1",
@@ -221,7 +236,7 @@ func (c *Cluster) startServer(ctx context.Context, port int) error {
 		// tests, and skipping it makes writes a lot faster. A crash loses
 		// or corrupts data, which doesn't matter here.
 		"-c", "fsync=off",
-		"-c", "synchronous_commit=off",
+		"-c", "synchronous_commit=" + syncCommit,
 		"-c", "full_page_writes=off",
 		// Test suites open many connections at once: several pools, plus
 		// listeners and per-test connections.
@@ -283,6 +298,32 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	}
 
 	c.logger.InfoContext(ctx, "pgcluster: stopped postgres", "dir", c.dir)
+	return nil
+}
+
+// Restart restarts the server the way a crash and a restart would: an
+// immediate shutdown (every connection is cut, nothing is checkpointed) and
+// a start on the same port, returning once it accepts connections again.
+// It is for fault tests.
+func (c *Cluster) Restart(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errors.New("pgcluster: cluster is stopped")
+	}
+	// pg_ctl restart starts the server with the options of its last start,
+	// which it keeps in postmaster.opts.
+	output, err := c.command(ctx, "pg_ctl",
+		"--log="+filepath.Join(c.dir, "log"),
+		"--mode=immediate",
+		"--pgdata="+c.dataDir,
+		"--silent",
+		"--wait",
+		"restart",
+	).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("error restarting postgres: %w\n%s\n%s", err, bytes.TrimSpace(output), c.logTail())
+	}
 	return nil
 }
 

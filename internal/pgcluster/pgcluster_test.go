@@ -208,3 +208,26 @@ func TestShellQuote(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `it's a "dir" $HOME`, string(output))
 }
+
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster, err := Start(ctx, &Config{CrashSafe: true})
+	require.NoError(t, err)
+	defer cluster.Stop(ctx) //nolint:errcheck
+
+	conn, err := pgx.Connect(ctx, cluster.URL())
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)")
+	require.NoError(t, err)
+
+	require.NoError(t, cluster.Restart(ctx))
+	// The old connection was cut; a new one finds the committed data.
+	require.Error(t, conn.Ping(ctx))
+	conn, err = pgx.Connect(ctx, cluster.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT n FROM kept").Scan(&n))
+	require.Equal(t, 1, n)
+}
