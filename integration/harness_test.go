@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -84,6 +85,9 @@ func newEnv(t *testing.T, extra ...string) *env {
 	}
 	return &env{t: t, client: client, pool: pool, schema: schema, vars: append(vars, extra...)}
 }
+
+// table is the quoted name of a table in the env's schema.
+func (e *env) table(name string) string { return pgx.Identifier{e.schema, name}.Sanitize() }
 
 // run runs an outboxd command to completion.
 func (e *env) run(args ...string) (stdout, stderr string, code int) {

@@ -1,0 +1,69 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox"
+)
+
+// SPEC 13.10: three serve replicas share one database while one of them, at
+// random, is killed with SIGKILL and restarted every couple of seconds. The
+// effect is reconcilable and its stand-in does not dedupe, so an intent
+// executed twice would show as two effects.
+func TestReplicasWithRandomKills(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	replicas := []*process{e.serve(), e.serve(), e.serve()}
+
+	const total = 2000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Spread over the kills, so that processes die with work in hand.
+		for batch := 0; batch < total/50; batch++ {
+			params := make([]*outbox.EnqueueParams, 50)
+			for i := range params {
+				key := fmt.Sprintf("k%05d", batch*50+i)
+				params[i] = &outbox.EnqueueParams{Key: key, Effect: "noop_reconcilable", Args: map[string]any{"key": key}}
+			}
+			if _, err := e.client.EnqueueManyTx(ctx, e.pool, params); err != nil {
+				t.Errorf("enqueue: %v", err)
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}()
+
+	kills := 0
+	for range 6 {
+		time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
+		i := rand.IntN(len(replicas))
+		replicas[i].kill9()
+		kills++
+		replicas[i] = e.serve()
+	}
+	<-done
+
+	deadline := time.Now().Add(3 * time.Minute)
+	var lost, duplicated, effects, succeeded int
+	for {
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'succeeded') FROM `+e.table("outbox_intent")).Scan(&succeeded))
+		if succeeded == total || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT $1::int - count(*) FILTER (WHERE state = 'succeeded') FROM `+e.table("outbox_intent"), total).Scan(&lost))
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT provider_key) FROM `+e.table("outbox_noop_effect")).Scan(&effects, &duplicated))
+	t.Logf("replicas 3, kills %d, intents %d, succeeded %d, lost %d, effects %d, duplicated %d", kills, total, succeeded, lost, effects, duplicated)
+	require.Zero(t, lost)
+	require.Zero(t, duplicated)
+	require.Equal(t, total, effects)
+}
