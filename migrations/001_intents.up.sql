@@ -2,11 +2,14 @@
 -- (namespace, key). It is the only thing a caller's transaction writes.
 CREATE TABLE {{schema}}.outbox_intent (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    namespace        text        NOT NULL,
-    key              text        NOT NULL,
-    effect           text        NOT NULL,
+    -- COLLATE "C": keys are compared byte for byte, which is both what
+    -- identity means here and much cheaper in the unique index than a
+    -- locale's collation.
+    namespace        text        COLLATE "C" NOT NULL,
+    key              text        COLLATE "C" NOT NULL,
+    effect           text        COLLATE "C" NOT NULL,
     args             jsonb       NOT NULL,
-    state            text        NOT NULL DEFAULT 'pending',
+    state            text        COLLATE "C" NOT NULL DEFAULT 'pending',
     -- attempt is the fencing token: every claim increments it, and every
     -- result write is conditional on it.
     attempt          integer     NOT NULL DEFAULT 0,
