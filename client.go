@@ -145,13 +145,24 @@ func (c *Client) prepareSQL() {
 		  AND ($4::bigint = 0 OR id < $4::bigint)
 		ORDER BY id DESC
 		LIMIT $5`
-	// Cancelling is allowed only while nothing can be in flight: pending, and
-	// no earlier attempt may have reached the provider (a pending intent after
-	// an ambiguous attempt of a deduplicated effect may already have acted).
-	c.sqlCancel = `WITH upd AS (
+	// Cancelling is allowed only while no attempt can be in flight, and
+	// none that ran may have reached the provider (a pending intent after an
+	// ambiguous attempt of a deduplicated effect may already have acted).
+	// A deduplicated effect is not claimed before its call, so "in flight"
+	// is read from its River job: running means an attempt may be calling
+	// the provider right now. The job row is locked first (River fetches
+	// with SKIP LOCKED, so it cannot start an attempt meanwhile) and read
+	// in its newest committed state; after the cancel commits, an attempt
+	// that starts finds the intent cancelled and does nothing.
+	c.sqlCancel = `WITH job AS (
+			SELECT j.state FROM ` + s + `.river_job j
+			WHERE j.id = (SELECT job_id FROM ` + table + ` WHERE namespace = $1 AND key = $2)
+			FOR UPDATE
+		), upd AS (
 			UPDATE ` + table + `
 			SET state = 'cancelled', completed_at = now(), updated_at = now()
 			WHERE namespace = $1 AND key = $2 AND state = 'pending' AND NOT maybe_sent
+			  AND NOT EXISTS (SELECT 1 FROM job WHERE job.state = 'running')
 			RETURNING ` + all + `
 		), notified AS (
 			SELECT pg_notify('` + strings.ReplaceAll(c.channelChanged, "'", "''") + `', 'cancelled ' || id::text) FROM upd

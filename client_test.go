@@ -518,6 +518,26 @@ func TestListGetCancelResolve(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.client.Cancel(ctx, "", "maybe")
 		require.ErrorIs(t, err, outbox.ErrNotCancellable)
+
+		// A pending intent whose River job is running has an attempt in
+		// flight (deduplicated effects are not claimed before their call).
+		_, err = b.enqueue(t, &outbox.EnqueueParams{Key: "inflight", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		var jobID int64
+		require.NoError(t, b.pool.QueryRow(ctx, "INSERT INTO "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+
+			` (args, kind, max_attempts, priority, queue, state, attempt, attempted_at, metadata, tags)
+			VALUES ('{}', 'outbox_intent', 25, 1, 'noop', 'running', 1, now(), '{}', '{}') RETURNING id`).Scan(&jobID))
+		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET job_id = $1 WHERE key = 'inflight'", jobID)
+		require.NoError(t, err)
+		_, err = b.client.Cancel(ctx, "", "inflight")
+		require.ErrorIs(t, err, outbox.ErrNotCancellable)
+		require.ErrorContains(t, err, "in progress")
+		// Once the job waits for a retry, nothing is in flight.
+		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" SET state = 'retryable', scheduled_at = now() + interval '1 hour' WHERE id = $1", jobID)
+		require.NoError(t, err)
+		got, err = b.client.Cancel(ctx, "", "inflight")
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateCancelled, got.State)
 	})
 
 	t.Run("Resolve", func(t *testing.T) {

@@ -219,8 +219,9 @@ func (c *Client) reread(ctx context.Context, q Executor, last *Intent) (*Intent,
 }
 
 // Cancel moves a pending intent to cancelled. It returns ErrNotCancellable
-// when the intent is no longer pending, or when an earlier attempt of it may
-// have reached the provider, and ErrNotFound when there is no such intent.
+// when the intent is no longer pending, when an attempt is in progress, or
+// when an earlier attempt may have reached the provider, and ErrNotFound when
+// there is no such intent.
 func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, error) {
 	if namespace == "" {
 		namespace = NamespaceDefault
@@ -238,8 +239,11 @@ func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, er
 			return nil, err
 		}
 		msg := "intent is " + string(current.State)
-		if current.State == StatePending {
+		switch {
+		case current.State == StatePending && current.MaybeSent:
 			msg = "an earlier attempt may have reached the provider"
+		case current.State == StatePending:
+			msg = "an attempt is in progress"
 		}
 		return nil, &Error{Code: CodeNotCancellable, Message: msg}
 	}
