@@ -29,8 +29,27 @@ type Executor interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// EnqueueOutcome is what an enqueue did, for EnqueueObserverFunc.
+type EnqueueOutcome string
+
+const (
+	// EnqueueOutcomeCreated is a new intent.
+	EnqueueOutcomeCreated EnqueueOutcome = "created"
+	// EnqueueOutcomeDuplicate is the same action again: answered with the
+	// first intent.
+	EnqueueOutcomeDuplicate EnqueueOutcome = "duplicate"
+	// EnqueueOutcomeConflict is a key first used for another action.
+	EnqueueOutcomeConflict EnqueueOutcome = "conflict"
+)
+
 // Config configures a Client.
 type Config struct {
+	// EnqueueObserverFunc, when set, is called after every enqueue that
+	// reached the database, with the effect and what the enqueue did (for
+	// metrics). It runs before the caller's transaction commits, so a
+	// rolled-back intent is counted too. Defaults to nil.
+	EnqueueObserverFunc func(effect string, outcome EnqueueOutcome)
+
 	// Effects are the enabled effects. EnqueueTx refuses an effect that is not
 	// among them (ErrUnknownEffect) and validates arguments with it
 	// (ErrInvalidArgs). When nil, any effect name is accepted and arguments
@@ -49,10 +68,11 @@ type Config struct {
 
 // Client enqueues, reads and resolves intents. It is safe for concurrent use.
 type Client struct {
-	effects *effects.Registry
-	logger  *slog.Logger
-	pool    *pgxpool.Pool
-	schema  string
+	effects  *effects.Registry
+	observer func(effect string, outcome EnqueueOutcome)
+	logger   *slog.Logger
+	pool     *pgxpool.Pool
+	schema   string
 
 	// SQL, rendered once for the schema.
 	sqlEnqueue, sqlEnqueueRetry, sqlEnqueueMany, sqlGet, sqlGetByID, sqlList, sqlCancel, sqlResolve string
@@ -69,10 +89,11 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		config = &Config{}
 	}
 	c := &Client{
-		effects: config.Effects,
-		logger:  config.Logger,
-		pool:    pool,
-		schema:  config.Schema,
+		effects:  config.Effects,
+		observer: config.EnqueueObserverFunc,
+		logger:   config.Logger,
+		pool:     pool,
+		schema:   config.Schema,
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
@@ -405,10 +426,25 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 	if err != nil {
 		return nil, c.dbError("error enqueueing intent", err)
 	}
+	c.observe(p.effect, duplicate, conflict)
 	if conflict {
 		return nil, &KeyReusedError{Existing: intent}
 	}
 	return &EnqueueResult{Duplicate: duplicate, Intent: intent}, nil
+}
+
+func (c *Client) observe(effect string, duplicate, conflict bool) {
+	if c.observer == nil {
+		return
+	}
+	switch {
+	case conflict:
+		c.observer(effect, EnqueueOutcomeConflict)
+	case duplicate:
+		c.observer(effect, EnqueueOutcomeDuplicate)
+	default:
+		c.observer(effect, EnqueueOutcomeCreated)
+	}
 }
 
 // EnqueueManyTx records many intents in the caller's transaction with a
@@ -454,6 +490,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*Enque
 		if err != nil {
 			return nil, c.dbError("error enqueueing intents", err)
 		}
+		c.observe(intent.Effect, duplicate, conflict)
 		if conflict {
 			return nil, &KeyReusedError{Existing: intent}
 		}

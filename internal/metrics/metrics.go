@@ -1,0 +1,216 @@
+// Package metrics exposes outbox's Prometheus metrics that are not counted by
+// the workers: gauges read from the database, and enqueue counters.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-dev/outbox"
+)
+
+// RefreshIntervalDefault is how often the database gauges are refreshed.
+const RefreshIntervalDefault = 15 * time.Second
+
+// states are every state, so that a state with no intent reads 0 rather than
+// disappearing from the scrape.
+var states = []outbox.State{
+	outbox.StatePending, outbox.StateRunning, outbox.StateSucceeded,
+	outbox.StateFailed, outbox.StateUnknown, outbox.StateCancelled,
+}
+
+// GaugesConfig configures Gauges.
+type GaugesConfig struct {
+	// Logger receives refresh failures. Defaults to a logger that discards.
+	Logger *slog.Logger
+	// RefreshInterval is how often the gauges are read from the database.
+	// Defaults to RefreshIntervalDefault.
+	RefreshInterval time.Duration
+	// Schema holds the outbox tables. Defaults to "outbox".
+	Schema string
+}
+
+// Gauges are outbox_intents{state}, outbox_oldest_pending_intent_age_seconds
+// and outbox_unknown_intents. They are refreshed on an interval by one query,
+// not per scrape: a scrape must not cost a table scan, and several
+// Prometheus servers scraping several replicas would multiply it.
+type Gauges struct {
+	intents       *prometheus.GaugeVec
+	logger        *slog.Logger
+	oldestPending prometheus.Gauge
+	pool          *pgxpool.Pool
+	interval      time.Duration
+	sql           string
+	unknown       prometheus.Gauge
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// NewGauges creates the gauges and registers them with reg.
+func NewGauges(pool *pgxpool.Pool, reg prometheus.Registerer, config *GaugesConfig) (*Gauges, error) {
+	if config == nil {
+		config = &GaugesConfig{}
+	}
+	g := &Gauges{
+		intents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_intents",
+			Help: "Intents in the database, by state (refreshed on an interval).",
+		}, []string{"state"}),
+		logger: config.Logger,
+		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_oldest_pending_intent_age_seconds",
+			Help: "Age of the oldest pending intent, 0 when none is pending.",
+		}),
+		pool:     pool,
+		interval: config.RefreshInterval,
+		unknown: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_unknown_intents",
+			Help: "Intents whose outcome is unknown and which wait for an operator.",
+		}),
+	}
+	if g.logger == nil {
+		g.logger = slog.New(slog.DiscardHandler)
+	}
+	if g.interval == 0 {
+		g.interval = RefreshIntervalDefault
+	}
+	if g.interval < 0 {
+		return nil, fmt.Errorf("metrics: RefreshInterval must be positive")
+	}
+	schema := config.Schema
+	if schema == "" {
+		schema = outbox.SchemaDefault
+	}
+	g.sql = `SELECT state, count(*),
+			coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)::float8
+		FROM ` + pgx.Identifier{schema, "outbox_intent"}.Sanitize() + ` GROUP BY state`
+	for _, s := range states {
+		g.intents.WithLabelValues(string(s)).Set(0)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{g.intents, g.oldestPending, g.unknown} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("error registering metrics: %w", err)
+			}
+		}
+	}
+	return g, nil
+}
+
+// Refresh reads the gauges from the database once.
+func (g *Gauges) Refresh(ctx context.Context) error {
+	rows, err := g.pool.Query(ctx, g.sql)
+	if err != nil {
+		return fmt.Errorf("error reading intent gauges: %w", err)
+	}
+	counts := make(map[string]float64, len(states))
+	var oldest float64
+	for rows.Next() {
+		var state string
+		var n int64
+		var age float64
+		if err := rows.Scan(&state, &n, &age); err != nil {
+			rows.Close()
+			return fmt.Errorf("error reading intent gauges: %w", err)
+		}
+		counts[state] = float64(n)
+		if state == string(outbox.StatePending) {
+			oldest = age
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("error reading intent gauges: %w", err)
+	}
+	for _, s := range states {
+		g.intents.WithLabelValues(string(s)).Set(counts[string(s)])
+	}
+	g.oldestPending.Set(oldest)
+	g.unknown.Set(counts[string(outbox.StateUnknown)])
+	return nil
+}
+
+// Start refreshes the gauges now and then every interval until Stop.
+func (g *Gauges) Start(ctx context.Context) {
+	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	g.done = make(chan struct{})
+	go func() {
+		defer close(g.done)
+		ticker := time.NewTicker(g.interval)
+		defer ticker.Stop()
+		for {
+			if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
+				g.logger.WarnContext(ctx, "could not refresh intent gauges", slog.String("error", err.Error()))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+}
+
+// Stop stops the refreshes.
+func (g *Gauges) Stop() {
+	g.once.Do(func() {
+		if g.cancel != nil {
+			g.cancel()
+			<-g.done
+		}
+	})
+}
+
+// Enqueues are outbox_intents_enqueued_total{effect},
+// outbox_intents_deduplicated_total{effect} and
+// outbox_idempotency_conflicts_total{effect}, counted by the process that
+// enqueues (serve's HTTP API and MCP server, through Observe).
+type Enqueues struct {
+	Conflicts    *prometheus.CounterVec
+	Deduplicated *prometheus.CounterVec
+	Enqueued     *prometheus.CounterVec
+}
+
+// NewEnqueues creates the enqueue counters and registers them with reg (none
+// when reg is nil).
+func NewEnqueues(reg prometheus.Registerer) *Enqueues {
+	e := &Enqueues{
+		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_idempotency_conflicts_total",
+			Help: "Enqueues refused because their key was first used for another action.",
+		}, []string{"effect"}),
+		Deduplicated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_intents_deduplicated_total",
+			Help: "Enqueues answered with an existing intent (same key, same action).",
+		}, []string{"effect"}),
+		Enqueued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_intents_enqueued_total",
+			Help: "Intents created.",
+		}, []string{"effect"}),
+	}
+	if reg != nil {
+		reg.MustRegister(e.Conflicts, e.Deduplicated, e.Enqueued)
+	}
+	return e
+}
+
+// Observe counts one enqueue's outcome. It has the signature of
+// outbox.Config.EnqueueObserverFunc.
+func (e *Enqueues) Observe(effect string, outcome outbox.EnqueueOutcome) {
+	switch outcome {
+	case outbox.EnqueueOutcomeCreated:
+		e.Enqueued.WithLabelValues(effect).Inc()
+	case outbox.EnqueueOutcomeDuplicate:
+		e.Deduplicated.WithLabelValues(effect).Inc()
+	case outbox.EnqueueOutcomeConflict:
+		e.Conflicts.WithLabelValues(effect).Inc()
+	}
+}
