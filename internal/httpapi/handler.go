@@ -1,0 +1,272 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
+	"github.com/outbox-dev/outbox/migrations"
+)
+
+const (
+	// WaitMax is the longest ?wait= accepted.
+	WaitMax = 60 * time.Second
+
+	// WaitsMaxDefault is Config.WaitsMax's default.
+	WaitsMaxDefault = 8
+
+	// readyTimeout bounds /readyz's look at the database.
+	readyTimeout = 5 * time.Second
+)
+
+// CodeInternal answers a request that failed for a reason of the server's
+// (500), such as an unreachable database. Its message says no more.
+const CodeInternal = "internal_error"
+
+// Config configures the API handler.
+type Config struct {
+	// AutoKeyWindow is the window of /mcp's automatic key (see
+	// mcpserver.Config). Defaults to mcpserver.AutoKeyWindowDefault.
+	AutoKeyWindow time.Duration
+
+	// Logger receives the handler's diagnostics: server-side failures, never
+	// tokens, keys, arguments or bodies. Defaults to a logger that discards.
+	Logger *slog.Logger
+
+	// MCPTools are /mcp's mutating tools. Defaults to
+	// mcpserver.EffectTools().
+	MCPTools []*mcpserver.EffectTool
+
+	// Tokens maps each bearer token to the namespace it acts for. When
+	// empty, requests need no token and act for outbox.NamespaceDefault,
+	// and the handler answers only requests that came through a loopback
+	// address (serve refuses to listen on any other without tokens).
+	// Defaults to none.
+	Tokens map[string]string
+
+	// Version is the server version /mcp reports. Defaults to "dev".
+	Version string
+
+	// WaitsMax bounds the waits (?wait= and get_intent's wait_seconds) that
+	// hold a database connection at once: each listens on a connection of
+	// its own, taken from the pool the workers use. A wait beyond the bound
+	// queues until a slot frees or its time is up, and then answers the
+	// intent as it stands. Defaults to WaitsMaxDefault.
+	WaitsMax int
+}
+
+// Handler serves the HTTP API of SPEC section 7: /v1/intents, /readyz and
+// /mcp. It is safe for concurrent use.
+type Handler struct {
+	client           *outbox.Client
+	defaultNamespace string
+	handler          http.Handler
+	logger           *slog.Logger
+	mcpServers       map[string]*mcp.Server
+	migrator         *migrations.Migrator
+	pool             *pgxpool.Pool
+	tokens           []tokenEntry
+	waits            chan struct{}
+}
+
+// New returns the API handler. client carries out the operations; pool runs
+// the enqueues and the readiness check.
+func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, error) {
+	if pool == nil || client == nil {
+		return nil, errors.New("httpapi: pool and client must not be nil")
+	}
+	if config == nil {
+		config = &Config{}
+	}
+	h := &Handler{
+		client:           client,
+		defaultNamespace: outbox.NamespaceDefault,
+		logger:           config.Logger,
+		mcpServers:       map[string]*mcp.Server{},
+		pool:             pool,
+	}
+	if h.logger == nil {
+		h.logger = slog.New(slog.DiscardHandler)
+	}
+	waitsMax := config.WaitsMax
+	if waitsMax == 0 {
+		waitsMax = WaitsMaxDefault
+	}
+	if waitsMax < 0 {
+		return nil, fmt.Errorf("httpapi: WaitsMax must be positive, not %d", waitsMax)
+	}
+	h.waits = make(chan struct{}, waitsMax)
+
+	namespaces := []string{h.defaultNamespace}
+	if len(config.Tokens) > 0 {
+		namespaces = nil
+		for token, namespace := range config.Tokens {
+			if token == "" {
+				return nil, errors.New("httpapi: a token must not be empty")
+			}
+			if err := outbox.ValidateNamespace(namespace); err != nil {
+				return nil, fmt.Errorf("httpapi: token for an invalid namespace: %w", err)
+			}
+			h.tokens = append(h.tokens, tokenEntry{hash: sha256.Sum256([]byte(token)), namespace: namespace})
+			if !slices.Contains(namespaces, namespace) {
+				namespaces = append(namespaces, namespace)
+			}
+		}
+	}
+	var err error
+	if h.migrator, err = migrations.New(pool, client.Schema()); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
+	}
+
+	// One MCP server per namespace, each acting only in its own: the
+	// request's token picks it.
+	for _, namespace := range namespaces {
+		srv, err := mcpserver.New(pool, client, &mcpserver.Config{
+			AutoKeyWindow: config.AutoKeyWindow,
+			Logger:        h.logger,
+			Namespace:     namespace,
+			Tools:         config.MCPTools,
+			Version:       config.Version,
+			WaitFunc:      h.wait,
+		})
+		if err != nil {
+			return nil, err
+		}
+		h.mcpServers[namespace] = srv
+	}
+	// Stateless: every request stands alone, so any replica of serve can
+	// answer any request, and there is no session for another namespace's
+	// token to take over.
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		namespace, _ := namespaceFrom(r.Context())
+		return h.mcpServers[namespace]
+	}, &mcp.StreamableHTTPOptions{
+		Logger:              mcpserver.SDKLogger(h.logger),
+		MaxRequestBodyBytes: BodyMax,
+		Stateless:           true,
+	})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.Handle("/mcp", h.withAuth(mcpHandler))
+	mux.Handle("POST /v1/intents", h.api(h.enqueue))
+	mux.Handle("GET /v1/intents", h.api(h.list))
+	mux.Handle("GET /v1/intents/{key}", h.api(h.get))
+	mux.Handle("POST /v1/intents/{key}/cancel", h.api(h.cancel))
+	mux.Handle("POST /v1/intents/{key}/resolve", h.api(h.resolve))
+	// The same paths with any other method, and any other path under /v1/,
+	// answer in JSON too, after authentication: a caller without a token
+	// learns nothing of which paths exist.
+	mux.Handle("/v1/intents", h.api(methodNotAllowed("GET, POST")))
+	mux.Handle("/v1/intents/{key}", h.api(methodNotAllowed("GET, HEAD")))
+	mux.Handle("/v1/intents/{key}/cancel", h.api(methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/resolve", h.api(methodNotAllowed("POST")))
+	mux.Handle("/v1/", h.api(func(http.ResponseWriter, *http.Request, string) error {
+		return &apiError{status: http.StatusNotFound, code: outbox.CodeNotFound, message: "no such endpoint"}
+	}))
+
+	// A browser page of another origin must not act with the browser's
+	// access to the API (without tokens, anything on the machine has it).
+	// Requests that are not from a browser carry no Sec-Fetch-Site or Origin
+	// and pass.
+	crossOrigin := http.NewCrossOriginProtection()
+	crossOrigin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.writeError(w, r, &apiError{status: http.StatusForbidden, code: CodeForbidden, message: "cross-origin requests are refused"})
+	}))
+	h.handler = crossOrigin.Handler(mux)
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.handler.ServeHTTP(w, r)
+}
+
+// apiFunc is an API endpoint: it acts for namespace, writes its answer, and
+// returns the error to answer instead.
+type apiFunc func(w http.ResponseWriter, r *http.Request, namespace string) error
+
+// api authenticates a request and runs fn for its namespace.
+func (h *Handler) api(fn apiFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		namespace, err := h.authenticate(r)
+		if err == nil {
+			err = fn(w, r, namespace)
+		}
+		if err != nil {
+			h.writeError(w, r, err)
+		}
+	})
+}
+
+// withAuth authenticates a request and passes it on with its namespace.
+func (h *Handler) withAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		namespace, err := h.authenticate(r)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), namespace)))
+	})
+}
+
+func methodNotAllowed(allow string) apiFunc {
+	return func(w http.ResponseWriter, r *http.Request, _ string) error {
+		w.Header().Set("Allow", allow)
+		return &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+			message: fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, allow)}
+	}
+}
+
+// wait waits until the intent is terminal or ctx ends, holding one of the
+// WaitsMax slots while it holds a connection. A wait that gets no slot in
+// time returns ctx's error without an intent; callers then read the intent
+// as it stands.
+func (h *Handler) wait(ctx context.Context, namespace, key string) (*outbox.Intent, error) {
+	select {
+	case h.waits <- struct{}{}:
+		defer func() { <-h.waits }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.client.Wait(ctx, namespace, key)
+}
+
+// readyz answers 200 when the database is reachable and its migrations are
+// current, else 503. Probes call it without a token.
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	st, err := h.migrator.Status(ctx)
+	switch {
+	case err != nil:
+		h.logger.WarnContext(ctx, "not ready: database unreachable", "error", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "database unreachable"})
+	case !st.UpToDate():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "pending migrations"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+// writeJSON writes v as the answer, with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // the client's connection is its own problem
+}

@@ -1,0 +1,297 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outbox-dev/outbox"
+)
+
+// enqueueRequest is POST /v1/intents' body.
+type enqueueRequest struct {
+	Args        json.RawMessage `json:"args"`
+	Effect      *string         `json:"effect"`
+	RequestedBy *string         `json:"requested_by"`
+}
+
+// enqueueAnswer is POST /v1/intents' answer: the intent and "duplicate".
+type enqueueAnswer struct {
+	*outbox.Intent
+	Duplicate bool `json:"duplicate"`
+}
+
+// resolveRequest is POST /v1/intents/{key}/resolve's body.
+type resolveRequest struct {
+	Note    string `json:"note"`
+	Outcome string `json:"outcome"`
+}
+
+// listAnswer is GET /v1/intents' answer.
+type listAnswer struct {
+	Intents    []*outbox.Intent `json:"intents"`
+	NextCursor *string          `json:"next_cursor"`
+}
+
+// decodeEnqueue decodes and checks POST /v1/intents' body.
+func decodeEnqueue(body []byte) (*enqueueRequest, error) {
+	var req enqueueRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Effect == nil:
+		return nil, invalidJSON(`missing field "effect"`)
+	case req.Args == nil:
+		return nil, invalidJSON(`missing field "args"`)
+	}
+	return &req, nil
+}
+
+// enqueue is POST /v1/intents.
+func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace string) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	req, err := decodeEnqueue(body)
+	if err != nil {
+		return err
+	}
+	params := &outbox.EnqueueParams{
+		Args:      req.Args,
+		Effect:    *req.Effect,
+		Key:       key,
+		KeySource: outbox.KeySourceExplicit,
+		Namespace: namespace,
+	}
+	if req.RequestedBy != nil {
+		params.RequestedBy = *req.RequestedBy
+	}
+	// One statement, committed at once on the pool's connection.
+	res, err := h.client.EnqueueTx(r.Context(), h.pool, params)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if res.Duplicate {
+		w.Header().Set("Idempotent-Replayed", "true")
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/intents/"+keyPath(key))
+	writeJSON(w, status, enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate})
+	return nil
+}
+
+// idempotencyKey returns the request's Idempotency-Key, checked.
+func idempotencyKey(r *http.Request) (string, error) {
+	values := r.Header.Values("Idempotency-Key")
+	switch {
+	case len(values) == 0 || len(values) == 1 && values[0] == "":
+		return "", &outbox.Error{Code: outbox.CodeIdempotencyKeyMissing,
+			Message: "the header Idempotency-Key is required: one key per logical action, the same on every retry"}
+	case len(values) > 1:
+		return "", &outbox.Error{Code: outbox.CodeInvalidKey, Field: "Idempotency-Key", Message: "must be given once"}
+	}
+	if err := outbox.ValidateKey(values[0]); err != nil {
+		var oe *outbox.Error
+		if errors.As(err, &oe) {
+			return "", &outbox.Error{Code: oe.Code, Field: "Idempotency-Key", Message: oe.Message}
+		}
+		return "", err
+	}
+	return values[0], nil
+}
+
+// keyPath is key as a path segment. url.PathEscape leaves "." alone, and a
+// path of "." or ".." would be cleaned away by any router.
+func keyPath(key string) string {
+	if strings.Trim(key, ".") == "" {
+		return strings.ReplaceAll(key, ".", "%2E")
+	}
+	return url.PathEscape(key)
+}
+
+// get is GET /v1/intents/{key}[?wait=30s].
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace string) error {
+	query, err := parseQuery(r, "wait")
+	if err != nil {
+		return err
+	}
+	var wait time.Duration
+	if s, err := single(query, "wait"); err != nil {
+		return err
+	} else if s != "" {
+		if wait, err = time.ParseDuration(s); err != nil || wait < 0 || wait > WaitMax {
+			return &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "wait",
+				Message: fmt.Sprintf("must be a duration from 0s to 60s, such as 30s; got %s", quoteShort(s))}
+		}
+	}
+	intent, err := h.readIntent(r.Context(), namespace, r.PathValue("key"), wait)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, intent)
+	return nil
+}
+
+// readIntent reads the intent, first waiting up to wait for it to be
+// terminal. A wait that ends first answers the intent as it stands.
+func (h *Handler) readIntent(ctx context.Context, namespace, key string, wait time.Duration) (*outbox.Intent, error) {
+	if wait <= 0 {
+		return h.client.Get(ctx, namespace, key)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	intent, err := h.wait(waitCtx, namespace, key)
+	if err == nil || ctx.Err() != nil || waitCtx.Err() == nil {
+		return intent, err
+	}
+	if intent != nil && errors.Is(err, context.DeadlineExceeded) {
+		return intent, nil
+	}
+	return h.client.Get(ctx, namespace, key)
+}
+
+// list is GET /v1/intents?state=&effect=&limit=&cursor=.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string) error {
+	query, err := parseQuery(r, "state", "effect", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	params := &outbox.ListParams{Namespace: namespace, Limit: outbox.ListLimitDefault}
+	for _, v := range query["state"] {
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				params.States = append(params.States, outbox.State(s))
+			}
+		}
+	}
+	if params.Effect, err = single(query, "effect"); err != nil {
+		return err
+	}
+	if params.Cursor, err = single(query, "cursor"); err != nil {
+		return err
+	}
+	if s, err := single(query, "limit"); err != nil {
+		return err
+	} else if s != "" {
+		limit, err := strconv.Atoi(s)
+		if err != nil || limit < 1 || limit > outbox.ListLimitMax {
+			return &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "limit",
+				Message: fmt.Sprintf("must be a whole number from 1 to %d; got %s", outbox.ListLimitMax, quoteShort(s))}
+		}
+		params.Limit = limit
+	}
+	res, err := h.client.List(r.Context(), params)
+	if err != nil {
+		return err
+	}
+	answer := listAnswer{Intents: res.Intents}
+	if res.NextCursor != "" {
+		answer.NextCursor = &res.NextCursor
+	}
+	writeJSON(w, http.StatusOK, answer)
+	return nil
+}
+
+// cancel is POST /v1/intents/{key}/cancel. Its body, if any, must be {}.
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, namespace string) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := decodeStrict(body, &struct{}{}); err != nil {
+			return err
+		}
+	}
+	intent, err := h.client.Cancel(r.Context(), namespace, r.PathValue("key"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, intent)
+	return nil
+}
+
+// resolve is POST /v1/intents/{key}/resolve.
+func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, namespace string) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req resolveRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return err
+	}
+	intent, err := h.client.Resolve(r.Context(), &outbox.ResolveParams{
+		Key:       r.PathValue("key"),
+		Namespace: namespace,
+		Note:      req.Note,
+		Outcome:   outbox.Outcome(req.Outcome),
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, intent)
+	return nil
+}
+
+// parseQuery parses r's query, refusing parameters other than allowed: a
+// misspelt filter must not silently widen a listing.
+func parseQuery(r *http.Request, allowed ...string) (url.Values, error) {
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "query", Message: "cannot be parsed: " + err.Error()}
+	}
+	for name := range query {
+		known := false
+		for _, a := range allowed {
+			known = known || name == a
+		}
+		if !known {
+			msg := "unknown parameter " + quoteShort(name)
+			if len(allowed) > 0 {
+				msg += "; known: " + strings.Join(allowed, ", ")
+			}
+			return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "query", Message: msg}
+		}
+	}
+	return query, nil
+}
+
+// checkQuery refuses any query parameter.
+func checkQuery(r *http.Request) error {
+	_, err := parseQuery(r)
+	return err
+}
+
+// single returns the one value of a query parameter ("" when absent).
+func single(query url.Values, name string) (string, error) {
+	switch values := query[name]; len(values) {
+	case 0:
+		return "", nil
+	case 1:
+		return values[0], nil
+	}
+	return "", &outbox.Error{Code: outbox.CodeInvalidArgs, Field: name, Message: "must be given once"}
+}

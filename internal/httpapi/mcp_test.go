@@ -1,0 +1,182 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/internal/httpapi"
+)
+
+// bearer adds a bearer token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.token != "" {
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return b.next.RoundTrip(r)
+}
+
+// connectMCP connects the SDK's client to /mcp with token, speaking
+// protocolVersion (empty: the SDK's latest).
+func (b *testBundle) connectMCP(t *testing.T, token, protocolVersion string) (*mcp.ClientSession, error) {
+	t.Helper()
+	transport := &mcp.StreamableClientTransport{
+		Endpoint:   b.url + "/mcp",
+		HTTPClient: &http.Client{Transport: &bearer{token: token, next: http.DefaultTransport}},
+		MaxRetries: -1,
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(t.Context(), transport, &mcp.ClientSessionOptions{ProtocolVersion: protocolVersion})
+	if err == nil {
+		t.Cleanup(func() { _ = cs.Close() })
+	}
+	return cs, err
+}
+
+type mcpAnswer struct {
+	outbox.Intent
+	Duplicate bool `json:"duplicate"`
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, []byte) {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	b, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	return res, b
+}
+
+func TestMCP(t *testing.T) {
+	t.Parallel()
+
+	for name, version := range map[string]string{
+		"Latest":   "",           // the SDK's newest protocol, without sessions
+		"Sessions": "2025-06-18", // an older client's protocol, with initialize
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, nil)
+			cs, err := bundle.connectMCP(t, tokenAlpha, version)
+			require.NoError(t, err)
+
+			tools, err := cs.ListTools(t.Context(), nil)
+			require.NoError(t, err)
+			var names []string
+			for _, tool := range tools.Tools {
+				names = append(names, tool.Name)
+				switch tool.Name {
+				case "get_intent", "list_intents":
+					require.True(t, tool.Annotations.ReadOnlyHint, tool.Name)
+				default:
+					require.True(t, *tool.Annotations.DestructiveHint, tool.Name)
+					require.True(t, tool.Annotations.IdempotentHint, tool.Name)
+				}
+			}
+			require.ElementsMatch(t, []string{"charge_card", "send_email", "create_ticket", "call_webhook", "get_intent", "list_intents"}, names)
+
+			charge := map[string]any{"customer": "cus_1", "amount": 1999, "currency": "eur", "idempotency_key": "order-9"}
+			res, body := callTool(t, cs, "charge_card", charge)
+			require.False(t, res.IsError, "%s", body)
+			first := decode[mcpAnswer](t, &response{body: body})
+			require.False(t, first.Duplicate)
+			require.Equal(t, "alpha", first.Namespace)
+			res, body = callTool(t, cs, "charge_card", charge)
+			require.False(t, res.IsError)
+			second := decode[mcpAnswer](t, &response{body: body})
+			require.True(t, second.Duplicate)
+			require.Equal(t, first.ID, second.ID)
+
+			delete(charge, "idempotency_key")
+			_, body = callTool(t, cs, "charge_card", charge)
+			auto1 := decode[mcpAnswer](t, &response{body: body})
+			_, body = callTool(t, cs, "charge_card", charge)
+			auto2 := decode[mcpAnswer](t, &response{body: body})
+			require.Equal(t, outbox.KeySourceAuto, auto1.KeySource)
+			require.False(t, auto1.Duplicate)
+			require.True(t, auto2.Duplicate)
+			require.Equal(t, auto1.ID, auto2.ID)
+
+			charge["idempotency_key"] = "order-9"
+			charge["amount"] = 5
+			res, body = callTool(t, cs, "charge_card", charge)
+			require.True(t, res.IsError)
+			require.Contains(t, string(body), `"code":"idempotency_key_reused"`)
+			require.Equal(t, 2, bundle.countIntents(t))
+
+			// The same intent over the REST API: one store, one namespace.
+			resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/order-9", token: tokenAlpha})
+			require.Equal(t, first.ID, decode[outbox.Intent](t, resp).ID)
+
+			bundle.startDispatcher(t)
+			start := time.Now()
+			res, body = callTool(t, cs, "get_intent", map[string]any{"key": "order-9", "wait_seconds": 30})
+			require.False(t, res.IsError, "%s", body)
+			require.Equal(t, outbox.StateSucceeded, decode[outbox.Intent](t, &response{body: body}).State)
+			require.Less(t, time.Since(start), 25*time.Second)
+
+			res, body = callTool(t, cs, "list_intents", map[string]any{"limit": 1})
+			require.False(t, res.IsError)
+			require.Contains(t, string(body), `"next_cursor":"`)
+		})
+	}
+}
+
+func TestMCPNamespaces(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, nil)
+	alpha, err := bundle.connectMCP(t, tokenAlpha, "")
+	require.NoError(t, err)
+	beta, err := bundle.connectMCP(t, tokenBeta, "")
+	require.NoError(t, err)
+
+	args := map[string]any{"customer": "cus_1", "amount": 1999, "currency": "eur", "idempotency_key": "only-alpha"}
+	res, body := callTool(t, alpha, "charge_card", args)
+	require.False(t, res.IsError, "%s", body)
+
+	res, body = callTool(t, beta, "get_intent", map[string]any{"key": "only-alpha"})
+	require.True(t, res.IsError)
+	require.Contains(t, string(body), `"code":"not_found"`)
+	_, body = callTool(t, beta, "list_intents", nil)
+	require.JSONEq(t, `{"intents": [], "next_cursor": null}`, string(body))
+
+	// The same key in beta is beta's own intent.
+	res, body = callTool(t, beta, "charge_card", args)
+	require.False(t, res.IsError)
+	require.False(t, decode[mcpAnswer](t, &response{body: body}).Duplicate)
+	require.Equal(t, "beta", decode[mcpAnswer](t, &response{body: body}).Namespace)
+}
+
+func TestMCPAuth(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, nil)
+	for _, token := range []string{"", "tok-wrong"} {
+		_, err := bundle.connectMCP(t, token, "")
+		require.Error(t, err, "token %q", token)
+	}
+	for _, token := range []string{"", "tok-wrong"} {
+		_, err := bundle.connectMCP(t, token, "2025-06-18")
+		require.Error(t, err, "token %q", token)
+	}
+
+	// Without tokens, on loopback, /mcp acts for namespace default.
+	open := setup(t, &httpapi.Config{})
+	cs, err := open.connectMCP(t, "", "")
+	require.NoError(t, err)
+	res, body := callTool(t, cs, "charge_card", map[string]any{"customer": "cus_1", "amount": 1, "currency": "eur"})
+	require.False(t, res.IsError, "%s", body)
+	require.Equal(t, outbox.NamespaceDefault, decode[mcpAnswer](t, &response{body: body}).Namespace)
+}

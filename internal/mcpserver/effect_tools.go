@@ -1,0 +1,186 @@
+package mcpserver
+
+import (
+	"fmt"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/outbox-dev/outbox"
+)
+
+// EffectTool is a mutating MCP tool: a call records an intent of Effect,
+// whose arguments are the call's arguments without idempotency_key.
+type EffectTool struct {
+	// Description tells the model what the tool does. Required.
+	Description string
+
+	// Effect is the effect the tool enqueues. A call answers unknown_effect
+	// while the effect is not enabled. Required.
+	Effect string
+
+	// InputSchema describes the effect's arguments: a JSON Schema of type
+	// object. The server adds the optional idempotency_key property and
+	// checks every call against the schema before the effect validates the
+	// arguments too. Required.
+	InputSchema *jsonschema.Schema
+
+	// Name is the tool's name. Required.
+	Name string
+
+	// Title is a short human-readable name. Defaults to none.
+	Title string
+}
+
+// EffectTools returns the tools of SPEC section 7: charge_card, send_email,
+// create_ticket and call_webhook, for the effects charge, email, ticket and
+// webhook, with the argument schemas of SPEC section 6. Each call returns
+// fresh values, which the caller may change (to point a tool at another
+// effect, for instance).
+func EffectTools() []*EffectTool {
+	return []*EffectTool{
+		{
+			Name:   "charge_card",
+			Title:  "Charge a card",
+			Effect: "charge",
+			Description: `Charges a customer's card (Stripe PaymentIntent, confirmed at once), exactly once per idempotency key.
+
+The charge is recorded as an intent and carried out by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome ("succeeded" with the provider's result, or "failed" with an error).` + keyAdvice,
+			InputSchema: object(map[string]*jsonschema.Schema{
+				"customer":       str("The Stripe customer id, such as cus_123.", 1, 255),
+				"amount":         {Type: "integer", Minimum: ptr(1.0), Description: "The amount in the currency's minor unit (cents for eur and usd): 1999 is 19.99."},
+				"currency":       {Type: "string", Pattern: "^[A-Za-z]{3}$", Description: "The ISO 4217 currency code, three letters, such as eur."},
+				"payment_method": str("The Stripe payment method id, such as pm_card_visa. Defaults to the customer's default payment method.", 1, 255),
+				"description":    str("A description shown to the customer and in the Stripe dashboard.", 0, 1000),
+			}, "customer", "amount", "currency"),
+		},
+		{
+			Name:   "send_email",
+			Title:  "Send an email",
+			Effect: "email",
+			Description: `Sends one email, at most once per idempotency key.
+
+The email is recorded as an intent and sent by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome. Plain SMTP cannot tell whether a message whose answer was lost arrived: such an email ends "unknown" and is never sent again unless an operator decides so.` + keyAdvice,
+			InputSchema: withAnyOf(object(map[string]*jsonschema.Schema{
+				"to":       addresses("The recipients' addresses, 1 to 50.", 1),
+				"cc":       addresses("Addresses to copy, up to 50.", 0),
+				"subject":  str("The subject line.", 1, 998),
+				"text":     str("The plain text body. At least one of text and html is required.", 0, 0),
+				"html":     str("The HTML body. At least one of text and html is required.", 0, 0),
+				"reply_to": {Type: "string", Format: "email", Description: "The address replies go to."},
+			}, "to", "subject"),
+				&jsonschema.Schema{Required: []string{"text"}},
+				&jsonschema.Schema{Required: []string{"html"}},
+			),
+		},
+		{
+			Name:   "create_ticket",
+			Title:  "Create a support ticket",
+			Effect: "ticket",
+			Description: `Creates one Zendesk support ticket per idempotency key.
+
+The ticket is recorded as an intent and created by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome; on success the result holds the ticket.` + keyAdvice,
+			InputSchema: object(map[string]*jsonschema.Schema{
+				"subject":         str("The ticket's subject.", 1, 255),
+				"body":            str("The ticket's first comment.", 1, 64<<10),
+				"requester_email": {Type: "string", Format: "email", Description: "The requester's email address."},
+				"priority":        {Type: "string", Enum: []any{"low", "normal", "high", "urgent"}, Description: "The ticket's priority."},
+				"tags": {
+					Type:        "array",
+					Items:       &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(255), Pattern: `^[^\s,]+$`, Description: "A tag: one word, without spaces or commas."},
+					MaxItems:    ptr(50),
+					Description: "Tags to set on the ticket, up to 50.",
+				},
+			}, "subject", "body"),
+		},
+		{
+			Name:   "call_webhook",
+			Title:  "Call a webhook",
+			Effect: "webhook",
+			Description: `Posts a signed JSON payload to a webhook endpoint that the operator configured by name, once per idempotency key. No URL can be given: only the configured names are accepted.
+
+The call is recorded as an intent and made by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome.` + keyAdvice,
+			InputSchema: object(map[string]*jsonschema.Schema{
+				"endpoint": {Type: "string", Pattern: "^[A-Za-z0-9_.-]{1,64}$", Description: "The name of an endpoint the operator configured (not a URL)."},
+				"payload":  {Type: "object", Description: "The JSON object to post."},
+			}, "endpoint", "payload"),
+		},
+	}
+}
+
+// keyAdvice ends every mutating tool's description: models read it.
+const keyAdvice = `
+
+Pass idempotency_key: one key per logical action, the same key on every retry of that action (a timeout, an error, a repeated request), and a new key for a new action. Without a key, identical calls within the server's automatic key window count as one action (the answer then says key_source "auto"), and two genuinely distinct identical actions inside that window collapse into one. An answer with duplicate true means the action was already recorded: it was not performed again, and the answer is its current state.`
+
+// idempotencyKeyProperty is the optional idempotency_key added to every
+// mutating tool's schema.
+var idempotencyKeyProperty = &jsonschema.Schema{
+	Type:        "string",
+	MinLength:   ptr(1),
+	MaxLength:   ptr(outbox.KeyMaxLength),
+	Pattern:     "^[!-~]+$",
+	Description: "The idempotency key naming this logical action: 1 to 255 printable ASCII characters without spaces. Reuse it on every retry of the action. Defaults to an automatic key derived from the tool and its arguments.",
+}
+
+// inputSchema returns the tool's schema with idempotency_key added.
+func (t *EffectTool) inputSchema() (*jsonschema.Schema, error) {
+	if t.InputSchema == nil || t.InputSchema.Type != "object" {
+		return nil, fmt.Errorf("mcpserver: tool %q: input schema must be of type object", t.Name)
+	}
+	s := t.InputSchema.CloneSchemas()
+	props := make(map[string]*jsonschema.Schema, len(s.Properties)+1)
+	for name, p := range s.Properties {
+		props[name] = p
+	}
+	if _, ok := props[keyArgument]; ok {
+		return nil, fmt.Errorf("mcpserver: tool %q: the effect's arguments must not include %s", t.Name, keyArgument)
+	}
+	props[keyArgument] = idempotencyKeyProperty
+	s.Properties = props
+	return s, nil
+}
+
+func object(props map[string]*jsonschema.Schema, required ...string) *jsonschema.Schema {
+	return &jsonschema.Schema{
+		Type:                 "object",
+		Properties:           props,
+		Required:             required,
+		AdditionalProperties: falseSchema(),
+	}
+}
+
+func withAnyOf(s *jsonschema.Schema, anyOf ...*jsonschema.Schema) *jsonschema.Schema {
+	s.AnyOf = anyOf
+	return s
+}
+
+// str is a string property of minLen to maxLen characters (0: no bound).
+func str(description string, minLen, maxLen int) *jsonschema.Schema {
+	s := &jsonschema.Schema{Type: "string", Description: description}
+	if minLen > 0 {
+		s.MinLength = ptr(minLen)
+	}
+	if maxLen > 0 {
+		s.MaxLength = ptr(maxLen)
+	}
+	return s
+}
+
+func addresses(description string, minItems int) *jsonschema.Schema {
+	s := &jsonschema.Schema{
+		Type:        "array",
+		Items:       &jsonschema.Schema{Type: "string", Format: "email"},
+		MaxItems:    ptr(50),
+		Description: description,
+	}
+	if minItems > 0 {
+		s.MinItems = ptr(minItems)
+	}
+	return s
+}
+
+// falseSchema is the schema that nothing matches: additionalProperties:
+// false.
+func falseSchema() *jsonschema.Schema { return &jsonschema.Schema{Not: &jsonschema.Schema{}} }
+
+func ptr[T any](v T) *T { return &v }

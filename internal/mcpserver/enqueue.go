@@ -1,0 +1,203 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/outbox-dev/outbox"
+)
+
+// enqueueAnswer is a mutating tool's answer: the intent and whether this
+// call was a duplicate, like the HTTP API's enqueue answer.
+type enqueueAnswer struct {
+	*outbox.Intent
+	Duplicate bool `json:"duplicate"`
+}
+
+// effectToolHandler returns the handler of a mutating tool: check the call,
+// then enqueue it under its explicit key or the automatic one.
+func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		call, err := splitArguments(req.Params.Arguments)
+		if err != nil {
+			return s.errorResult(ctx, tool.Name, err), nil
+		}
+		if call.keyGiven {
+			if err := outbox.ValidateKey(call.key); err != nil {
+				return s.errorResult(ctx, tool.Name, renameField(err, keyArgument)), nil
+			}
+		}
+		if err := validateSchema(schema, call.arguments); err != nil {
+			return s.errorResult(ctx, tool.Name, err), nil
+		}
+
+		var res *outbox.EnqueueResult
+		if call.keyGiven {
+			// One statement: the pool's connection commits it at once.
+			res, err = s.client.EnqueueTx(ctx, s.pool, &outbox.EnqueueParams{
+				Args:      json.RawMessage(call.args),
+				Effect:    tool.Effect,
+				Key:       call.key,
+				KeySource: outbox.KeySourceExplicit,
+				Namespace: s.namespace,
+			})
+		} else {
+			res, err = s.enqueueAuto(ctx, tool, call.args)
+		}
+		if err != nil {
+			return s.errorResult(ctx, tool.Name, err), nil
+		}
+		s.logger.DebugContext(ctx, "mcp tool call recorded",
+			"tool", tool.Name, "intent_id", res.Intent.ID, "duplicate", res.Duplicate,
+			"key_source", string(res.Intent.KeySource), "state", string(res.Intent.State))
+		return jsonResult(enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate})
+	}
+}
+
+// toolCall is a mutating tool's arguments, split into the effect's
+// arguments and the idempotency key.
+type toolCall struct {
+	// arguments is the call's whole arguments object, for the schema.
+	arguments []byte
+	// args is the arguments without idempotency_key: the effect's.
+	args []byte
+	// key is the idempotency key, when keyGiven.
+	key      string
+	keyGiven bool
+}
+
+// splitArguments takes idempotency_key out of a tool call's arguments,
+// keeping every other member as it was sent (the same bytes, so numbers keep
+// their spelling, in the same order). Arguments must be a JSON object without
+// duplicate names: a duplicate would leave it to the parser which value
+// counts.
+func splitArguments(raw json.RawMessage) (*toolCall, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		trimmed = []byte("{}")
+	}
+	if depth := nesting(trimmed); depth > depthMax {
+		return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "arguments",
+			Message: fmt.Sprintf("nested deeper than %d levels", depthMax)}
+	}
+	call := &toolCall{arguments: trimmed}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "arguments", Message: "must be a JSON object"}
+	}
+	var args bytes.Buffer
+	args.WriteByte('{')
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, invalidArguments(err)
+		}
+		name, _ := tok.(string) // object keys are always strings
+		if seen[name] {
+			return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: name, Message: "is given more than once"}
+		}
+		seen[name] = true
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, invalidArguments(err)
+		}
+		if name == keyArgument {
+			if err := json.Unmarshal(value, &call.key); err != nil {
+				return nil, &outbox.Error{Code: outbox.CodeInvalidKey, Field: keyArgument, Message: "must be a string"}
+			}
+			call.keyGiven = true
+			continue
+		}
+		if args.Len() > 1 {
+			args.WriteByte(',')
+		}
+		quoted, _ := json.Marshal(name) // a string always marshals
+		args.Write(quoted)
+		args.WriteByte(':')
+		args.Write(value)
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, invalidArguments(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "arguments", Message: "must be a single JSON object"}
+	}
+	args.WriteByte('}')
+	call.args = args.Bytes()
+	return call, nil
+}
+
+// depthMax is the deepest nesting of arrays and objects accepted in a
+// call's arguments, as the HTTP API's request bodies: effects' arguments are
+// flat records, and parsers down the line recurse.
+const depthMax = 64
+
+// nesting returns the deepest nesting of arrays and objects in b, a JSON
+// text, counting brackets outside strings.
+func nesting(b []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
+}
+
+func invalidArguments(err error) error {
+	return &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "arguments", Message: "invalid JSON: " + err.Error()}
+}
+
+// validateSchema checks a call's arguments against the tool's schema.
+func validateSchema(schema *jsonschema.Resolved, arguments []byte) error {
+	var instance any
+	if err := json.Unmarshal(arguments, &instance); err != nil {
+		return invalidArguments(err)
+	}
+	if err := schema.Validate(instance); err != nil {
+		// "validating root: validating /properties/amount: minimum: ..."
+		// names the argument at fault: say it as the field.
+		field, msg := "arguments", strings.TrimPrefix(err.Error(), "validating root: ")
+		if m := propertyErrorRE.FindStringSubmatch(msg); m != nil {
+			field, msg = m[1], m[2]
+		}
+		return &outbox.Error{Code: outbox.CodeInvalidArgs, Field: field, Message: msg}
+	}
+	return nil
+}
+
+// propertyErrorRE matches a schema error about one top-level property.
+var propertyErrorRE = regexp.MustCompile(`(?s)^validating /properties/([^/:]+): (.*)$`)
+
+// renameField returns err with its Field set to field, when it is an
+// *outbox.Error: ValidateKey names the field "key", the tool argument is
+// idempotency_key.
+func renameField(err error, field string) error {
+	var oe *outbox.Error
+	if errors.As(err, &oe) {
+		return &outbox.Error{Code: oe.Code, Field: field, Message: oe.Message}
+	}
+	return err
+}

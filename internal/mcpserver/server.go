@@ -1,0 +1,191 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/outbox-dev/outbox"
+)
+
+const (
+	// AutoKeyWindowDefault is the automatic key's window when
+	// Config.AutoKeyWindow is zero: OUTBOX_AUTO_KEY_WINDOW's default.
+	AutoKeyWindowDefault = 10 * time.Minute
+
+	// ListLimitDefault is list_intents' page size when the call names none:
+	// smaller than the HTTP API's, because every intent listed costs the
+	// model context.
+	ListLimitDefault = 20
+
+	// NameDefault is the server's name in MCP's initialize answer.
+	NameDefault = "outbox"
+
+	// WaitMax is the longest wait get_intent accepts, as the HTTP API's
+	// ?wait=.
+	WaitMax = 60 * time.Second
+)
+
+// keyArgument is the argument of every mutating tool that carries the
+// idempotency key; it is not part of the effect's arguments.
+const keyArgument = "idempotency_key"
+
+// Config configures an MCP server.
+type Config struct {
+	// AutoKeyWindow is the window of the automatic key: identical calls
+	// without idempotency_key within this long of the first are one action.
+	// Defaults to AutoKeyWindowDefault.
+	AutoKeyWindow time.Duration
+
+	// Logger receives the server's diagnostics. Arguments and keys are never
+	// logged. Defaults to a logger that discards.
+	Logger *slog.Logger
+
+	// Namespace is the namespace every call reads and writes. Defaults to
+	// outbox.NamespaceDefault.
+	Namespace string
+
+	// Tools are the mutating tools. Defaults to EffectTools().
+	Tools []*EffectTool
+
+	// Version is the server's version in MCP's initialize answer. Defaults
+	// to "dev".
+	Version string
+
+	// WaitFunc waits until the intent (namespace, key) is terminal or ctx
+	// ends, and returns the intent last read, as outbox.Client.Wait does,
+	// which it defaults to. The HTTP API sets it to bound how many waits hold
+	// a database connection at once.
+	WaitFunc func(ctx context.Context, namespace, key string) (*outbox.Intent, error)
+}
+
+// server holds what the tool handlers share.
+type server struct {
+	autoKeyWindow time.Duration
+	client        *outbox.Client
+	logger        *slog.Logger
+	namespace     string
+	pool          *pgxpool.Pool
+	waitFunc      func(ctx context.Context, namespace, key string) (*outbox.Intent, error)
+
+	// sqlPrevious reads the creation time of an intent, through the view
+	// that is the table's public face.
+	sqlPrevious string
+}
+
+// New returns an MCP server whose tools act in config.Namespace: the
+// mutating tools of config.Tools, get_intent and list_intents. client carries
+// out the operations; pool runs the enqueues' transactions. Serve it with
+// Run over stdio, or over HTTP with mcp.NewStreamableHTTPHandler.
+func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server, error) {
+	if pool == nil || client == nil {
+		return nil, errors.New("mcpserver: pool and client must not be nil")
+	}
+	if config == nil {
+		config = &Config{}
+	}
+	s := &server{
+		autoKeyWindow: config.AutoKeyWindow,
+		client:        client,
+		logger:        config.Logger,
+		namespace:     config.Namespace,
+		pool:          pool,
+		waitFunc:      config.WaitFunc,
+	}
+	if s.autoKeyWindow == 0 {
+		s.autoKeyWindow = AutoKeyWindowDefault
+	}
+	if s.autoKeyWindow < 0 {
+		return nil, fmt.Errorf("mcpserver: AutoKeyWindow must be positive, not %s", s.autoKeyWindow)
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.namespace == "" {
+		s.namespace = outbox.NamespaceDefault
+	}
+	if err := outbox.ValidateNamespace(s.namespace); err != nil {
+		return nil, fmt.Errorf("mcpserver: %w", err)
+	}
+	if s.waitFunc == nil {
+		s.waitFunc = client.Wait
+	}
+	s.sqlPrevious = `SELECT created_at FROM ` + pgx.Identifier{client.Schema(), "intents_view"}.Sanitize() +
+		` WHERE namespace = $1 AND key = $2`
+	tools := config.Tools
+	if tools == nil {
+		tools = EffectTools()
+	}
+	version := config.Version
+	if version == "" {
+		version = "dev"
+	}
+
+	srv := mcp.NewServer(&mcp.Implementation{Name: NameDefault, Title: "outbox", Version: version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       SDKLogger(s.logger),
+	})
+	names := map[string]bool{}
+	for _, t := range tools {
+		if t == nil || t.Name == "" || t.Effect == "" || t.Description == "" {
+			return nil, errors.New("mcpserver: every tool needs a Name, an Effect and a Description")
+		}
+		if names[t.Name] || t.Name == toolGetIntent || t.Name == toolListIntents {
+			return nil, fmt.Errorf("mcpserver: tool %q defined twice", t.Name)
+		}
+		names[t.Name] = true
+		schema, err := t.inputSchema()
+		if err != nil {
+			return nil, err
+		}
+		resolved, err := schema.Resolve(nil)
+		if err != nil {
+			return nil, fmt.Errorf("mcpserver: tool %q: invalid input schema: %w", t.Name, err)
+		}
+		srv.AddTool(&mcp.Tool{
+			Name:        t.Name,
+			Title:       t.Title,
+			Description: t.Description,
+			InputSchema: schema,
+			Annotations: &mcp.ToolAnnotations{
+				// A mutating tool acts on the world, and repeating a call with
+				// the same key has no further effect: the answer is the
+				// first call's intent.
+				DestructiveHint: ptr(true),
+				IdempotentHint:  true,
+				OpenWorldHint:   ptr(true),
+				Title:           t.Title,
+			},
+		}, s.effectToolHandler(t, resolved))
+	}
+	if err := s.addReadTools(srv); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+// instructions are the server's instructions to the model.
+const instructions = `outbox records side effects (charges, emails, tickets, webhook calls) as intents in a database and carries out each one once, however often it is requested.
+
+Give every mutating call an idempotency_key naming the logical action, and reuse that key, unchanged, on every retry of the action: after a timeout, an error, or when unsure whether the first call went through. Use a new key only for a new action. A repeated call answers duplicate: true with the first call's intent and does nothing more. A key reused with other arguments is refused (idempotency_key_reused).
+
+Mutating tools return at once, usually in state "pending". To learn the outcome, call get_intent with the key and wait_seconds (up to 60). "unknown" means the provider could not confirm whether the effect happened: do not retry; an operator decides.
+
+Reads (get_intent, list_intents) are never gated.`
+
+// resolveSchema resolves one of the read tools' schemas, which are the
+// package's own: an error is a bug.
+func resolveSchema(s *jsonschema.Schema) (*jsonschema.Resolved, error) {
+	r, err := s.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: invalid schema: %w", err)
+	}
+	return r, nil
+}

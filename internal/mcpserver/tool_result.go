@@ -1,0 +1,87 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/outbox-dev/outbox"
+)
+
+// CodeInternal is the code of a tool error that is not the caller's: the
+// database is unreachable, for example. Its message says no more; the log
+// has the details.
+const CodeInternal = "internal_error"
+
+// toolError is the structured content of a tool error:
+// {"error": {"code", "message", "field"}}, as the HTTP API's error bodies.
+type toolError struct {
+	Error toolErrorBody `json:"error"`
+}
+
+type toolErrorBody struct {
+	Code    string `json:"code"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+// jsonResult is a successful tool result: v as structured content, and as
+// JSON text for clients that read only text.
+func jsonResult(v any) (*mcp.CallToolResult, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("error encoding tool result: %w", err)
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		StructuredContent: json.RawMessage(b),
+	}, nil
+}
+
+// errorResult is the tool result for err: isError with the error's code, so
+// that the model sees it and can correct the call (SPEC section 7: a tool
+// error is a result, not a protocol error). An error that carries no code is
+// not the caller's: it is logged, and answered as internal_error without
+// details.
+func (s *server) errorResult(ctx context.Context, tool string, err error) *mcp.CallToolResult {
+	body := toolErrorBody{Code: outbox.ErrorCode(err)}
+	var (
+		keyReused *outbox.KeyReusedError
+		outboxErr *outbox.Error
+		pgErr     *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &keyReused):
+		body.Field = keyArgument
+		body.Message = fmt.Sprintf("this key was first used for another action (effect %s, other arguments): "+
+			"use a new key for a new action, or the first action's exact arguments to retry it", keyReused.Existing.Effect)
+	case errors.As(err, &outboxErr):
+		body.Field = outboxErr.Field
+		body.Message = outboxErr.Message
+	case errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || pgErr.Code == "54001"):
+		// The database refused a value the library's checks let through
+		// (a number beyond jsonb's range, 1e1000000): the caller's mistake.
+		body = toolErrorBody{Code: outbox.CodeInvalidArgs, Field: "args", Message: "refused by the database: " + pgErr.Message}
+	default:
+		if ctx.Err() == nil {
+			s.logger.ErrorContext(ctx, "mcp tool call failed", "tool", tool, "error", err)
+		}
+		body = toolErrorBody{Code: CodeInternal, Message: "internal error; the server's log has the details"}
+	}
+	text := body.Code + ": "
+	if body.Field != "" {
+		text += body.Field + ": "
+	}
+	text += body.Message
+	structured, _ := json.Marshal(toolError{Error: body}) // strings only: cannot fail
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: text}},
+		StructuredContent: json.RawMessage(structured),
+		IsError:           true,
+	}
+}
