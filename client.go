@@ -365,7 +365,65 @@ func marshalArgs(args any) ([]byte, error) {
 	if msg := jsonbEscapeProblem(trimmed); msg != "" {
 		return nil, &Error{Code: CodeInvalidArgs, Field: "args", Message: msg}
 	}
+	if msg := jsonbLimitProblem(trimmed); msg != "" {
+		return nil, &Error{Code: CodeInvalidArgs, Field: "args", Message: msg}
+	}
 	return trimmed, nil
+}
+
+// Limits of what jsonb stores, checked before the database refuses them (a
+// refusal there would abort the caller's transaction).
+const (
+	// argsDepthMax is the deepest nesting accepted; Postgres would stop at
+	// its stack depth limit, far deeper, and no effect needs more.
+	argsDepthMax = 100
+	// argsExponentMax bounds a number's decimal exponent; numeric overflows
+	// past about 131,072 digits.
+	argsExponentMax = 100_000
+)
+
+// jsonbLimitProblem scans valid JSON for nesting deeper than argsDepthMax and
+// numbers whose exponent numeric cannot hold. It does not allocate: it runs
+// on every enqueue.
+func jsonbLimitProblem(b []byte) string {
+	depth := 0
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > argsDepthMax {
+				return "must not nest deeper than " + strconv.Itoa(argsDepthMax) + " levels"
+			}
+		case '}', ']':
+			depth--
+		case 'e', 'E':
+			// Outside a string, only a number's exponent has an e.
+			j := i + 1
+			if j < len(b) && (b[j] == '+' || b[j] == '-') {
+				j++
+			}
+			exp := 0
+			for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+				if exp = exp*10 + int(b[j]-'0'); exp > argsExponentMax {
+					return "has a number too large or too precise to store"
+				}
+			}
+			i = j - 1
+		}
+	}
+	return ""
 }
 
 // jsonbEscapeProblem finds the \u escapes of valid JSON that jsonb refuses.
@@ -508,9 +566,11 @@ func (c *Client) dbError(msg string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
-		case pgErr.Code == "22P02" || pgErr.Code == "22P05" || pgErr.Code == "22025":
-			// invalid_text_representation / untranslatable_character /
-			// invalid_escape_sequence: jsonb refused the arguments.
+		case strings.HasPrefix(pgErr.Code, "22"), pgErr.Code == "54001":
+			// Class 22 is data exceptions: jsonb refused the arguments
+			// (invalid text, a number out of range such as 1e1000000, an
+			// untranslatable character); 54001 is statement_too_complex,
+			// which very deep nesting raises. The input is at fault.
 			return &Error{Code: CodeInvalidArgs, Field: "args", Message: pgErr.Message}
 		case pgErr.Code == "23514":
 			return &Error{Code: CodeInvalidArgs, Message: "refused by constraint " + pgErr.ConstraintName}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,6 +240,9 @@ func TestEnqueueTx(t *testing.T) {
 			{"NulEscape", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"a":"\u0000"}`)}, outbox.ErrInvalidArgs, "args"},
 			{"EffectValidation", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"_noop":{"fail":"sometimes"}}`)}, outbox.ErrInvalidArgs, "args._noop.fail"},
 			{"LoneSurrogate", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"a":"\ud800"}`)}, outbox.ErrInvalidArgs, "args"},
+			{"NumberOutOfRange", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"n":1e1000000}`)}, outbox.ErrInvalidArgs, "args"},
+			{"NegativeExponentOutOfRange", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"n":1E-1000000}`)}, outbox.ErrInvalidArgs, "args"},
+			{"DeepNesting", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"a":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`)}, outbox.ErrInvalidArgs, "args"},
 		}
 		for _, tc := range cases {
 			_, err := b.enqueue(t, tc.params)
@@ -683,4 +687,18 @@ func TestEnqueueTxWaitsForConcurrentSameKey(t *testing.T) {
 	r = <-done
 	require.NoError(t, r.err)
 	require.False(t, r.res.Duplicate)
+}
+
+// The pre-checks for jsonb's limits refuse only what jsonb would refuse.
+func TestEnqueueTxArgsWithinLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i, args := range []string{
+		`{"s":"e99999999999","t":"\"e1000000"}`,
+		`{"n":1.5e3,"m":-2E-10,"big":1e99999}`,
+		`{"a":` + strings.Repeat("[", 99) + strings.Repeat("]", 99) + `}`,
+	} {
+		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: json.RawMessage(args)})
+		require.NoError(t, err, args)
+	}
 }
