@@ -68,6 +68,7 @@ type Config struct {
 
 // Client enqueues, reads and resolves intents. It is safe for concurrent use.
 type Client struct {
+	notifier *notifier
 	effects  *effects.Registry
 	observer func(effect string, outcome EnqueueOutcome)
 	logger   *slog.Logger
@@ -102,6 +103,7 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		c.schema = SchemaDefault
 	}
 	c.prepareSQL()
+	c.notifier = newNotifier(c)
 	return c, nil
 }
 

@@ -702,3 +702,49 @@ func TestEnqueueTxArgsWithinLimits(t *testing.T) {
 		require.NoError(t, err, args)
 	}
 }
+
+// Many waits share one LISTEN connection, and each wakes on its own intent.
+func TestWaitSharesOneListener(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const n = 40
+	for i := range n {
+		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	results := make(chan *outbox.Intent, n)
+	for i := range n {
+		go func() {
+			got, err := b.client.Wait(waitCtx, "", fmt.Sprintf("k%d", i))
+			if err != nil {
+				t.Errorf("wait: %v", err)
+			}
+			results <- got
+		}()
+	}
+	listeners := func() int {
+		return b.scalarQuery(t, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, "LISTEN "+pgx.Identifier{b.schema + ".intent_changed"}.Sanitize())
+	}
+	require.Eventually(t, func() bool { return listeners() == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	for i := range n {
+		_, err := b.client.Cancel(ctx, "", fmt.Sprintf("k%d", i))
+		require.NoError(t, err)
+	}
+	for range n {
+		got := <-results
+		require.Equal(t, outbox.StateCancelled, got.State)
+	}
+	// The last waiter to leave closes the listener.
+	require.Eventually(t, func() bool { return listeners() == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+func (b *testBundle) scalarQuery(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}

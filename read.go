@@ -147,59 +147,34 @@ func decodeCursor(cursor string) (int64, error) {
 }
 
 // Wait blocks until the intent (namespace, key) is terminal and returns it.
-// It listens for the notification each state change fires, so it wakes at
-// once and never polls. When ctx ends first, it returns the intent as it last
-// read it together with ctx's error.
+// It is woken by the notification each state change fires, on one LISTEN
+// connection that all of the client's waits share, and never polls. When ctx
+// ends first, it returns the intent as it last read it together with ctx's
+// error.
 func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, error) {
-	// Read once without a connection of our own: most waits are for intents
-	// that are already terminal.
+	// Most waits are for intents that are already terminal.
 	intent, err := c.Get(ctx, namespace, key)
 	if err != nil || intent.State.Terminal() {
 		return intent, err
 	}
 
-	conn, err := c.pool.Acquire(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return intent, ctx.Err()
-		}
-		return intent, fmt.Errorf("error acquiring connection to wait: %w", err)
+	sub, ready, unsubscribe := c.notifier.subscribe(intent.ID)
+	defer unsubscribe()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		return intent, ctx.Err()
 	}
-	defer conn.Release()
-	channel := pgx.Identifier{c.channelChanged}.Sanitize()
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-		if ctx.Err() != nil {
-			return intent, ctx.Err()
-		}
-		return intent, fmt.Errorf("error listening: %w", err)
-	}
-	defer func() {
-		// A connection cancelled mid-wait is closed by pgx and discarded by
-		// the pool; otherwise stop listening before it goes back.
-		if !conn.Conn().IsClosed() {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "UNLISTEN "+channel)
-		}
-	}()
-
-	// Read again now that we listen: a change between the first read and
-	// LISTEN would otherwise be missed.
-	if intent, err = c.reread(ctx, conn, intent); err != nil || intent.State.Terminal() {
-		return intent, err
-	}
-	id := strconv.FormatInt(intent.ID, 10)
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return intent, ctx.Err()
-			}
-			return intent, fmt.Errorf("error waiting for notification: %w", err)
-		}
-		if !changedToTerminal(n.Payload, id) {
-			continue
-		}
-		if intent, err = c.reread(ctx, conn, intent); err != nil || intent.State.Terminal() {
+		// Read again now that we listen (a change between the first read and
+		// LISTEN would otherwise be missed), and after every wake-up.
+		if intent, err = c.reread(ctx, c.pool, intent); err != nil || intent.State.Terminal() {
 			return intent, err
+		}
+		select {
+		case <-sub.wake:
+		case <-ctx.Done():
+			return intent, ctx.Err()
 		}
 	}
 }
@@ -319,21 +294,4 @@ func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, e
 		return nil, fmt.Errorf("error resolving intent: %w", err)
 	}
 	return intent, nil
-}
-
-// changedToTerminal reports whether a state-change notification, whose
-// payload is "<state> <id>[,<id>...]", moves intent id to a terminal state.
-func changedToTerminal(payload, id string) bool {
-	state, ids, ok := strings.Cut(payload, " ")
-	if !ok || !State(state).Terminal() {
-		return false
-	}
-	for ids != "" {
-		var next string
-		next, ids, _ = strings.Cut(ids, ",")
-		if next == id {
-			return true
-		}
-	}
-	return false
 }
