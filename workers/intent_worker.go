@@ -81,6 +81,7 @@ type IntentWorker struct {
 	claims   *batcher[claimReq, claimOutcome]
 	finishes *batcher[finish, bool]
 	reads    *batcher[int64, read]
+	store    *store
 }
 
 // NewIntentWorker returns an IntentWorker.
@@ -124,6 +125,7 @@ func NewIntentWorker(pool *pgxpool.Pool, config *IntentWorkerConfig) (*IntentWor
 	w.claims = newBatcher(500, w.effectTimeout, st.claimBatch)
 	w.finishes = newBatcher(500, w.effectTimeout, st.finishBatch)
 	w.reads = newBatcher(500, w.effectTimeout, st.readBatch)
+	w.store = st
 	return w, nil
 }
 
@@ -343,6 +345,14 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, outcome string, f
 		return err
 	}
 	if !applied {
+		if f.state == "succeeded" || f.state == "unknown" || f.maybeSent {
+			// This attempt may have reached the provider even though another
+			// took the intent over; whoever decides on exhaustion or the
+			// dedupe window later must know.
+			if err := w.store.markMaybeSent(context.WithoutCancel(ctx), c.id); err != nil {
+				return err
+			}
+		}
 		w.metrics.StaleWrites.Inc()
 		w.metrics.EffectAttempts.WithLabelValues(c.effect, "stale").Inc()
 		w.logger.WarnContext(ctx, "stale attempt's write rejected: another attempt took the intent over",

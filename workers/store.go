@@ -66,7 +66,7 @@ type finish struct {
 type store struct {
 	pool *pgxpool.Pool
 
-	sqlClaim, sqlClaimMissing, sqlFinish, sqlRead string
+	sqlClaim, sqlClaimMissing, sqlFinish, sqlMaybeSent, sqlRead string
 }
 
 func newStore(pool *pgxpool.Pool, schema string) *store {
@@ -109,6 +109,9 @@ func newStore(pool *pgxpool.Pool, schema string) *store {
 			)
 			SELECT upd.*, (SELECT count(*) FROM notified) FROM upd`,
 		sqlClaimMissing: `SELECT id, state, lease_expires_at FROM ` + table + ` WHERE id = ANY($1::bigint[])`,
+		// maybe_sent only ever goes from false to true, so it needs no
+		// fencing: a stale attempt that reached the provider may set it.
+		sqlMaybeSent: `UPDATE ` + table + ` SET maybe_sent = true WHERE id = $1 AND NOT maybe_sent`,
 		// A deduplicated effect's attempt reads the intent without claiming
 		// it: the provider dedupes concurrent attempts on the provider key,
 		// so the claim's write (and its commit) would buy nothing. Its
@@ -317,4 +320,13 @@ func (s *store) readBatch(ctx context.Context, ids []int64) ([]read, error) {
 		outs[i] = byID[id]
 	}
 	return outs, nil
+}
+
+// markMaybeSent records that an attempt may have reached the provider, for an
+// attempt whose fenced finish was rejected.
+func (s *store) markMaybeSent(ctx context.Context, id int64) error {
+	if _, err := s.pool.Exec(ctx, s.sqlMaybeSent, id); err != nil {
+		return fmt.Errorf("error recording a stale attempt: %w", err)
+	}
+	return nil
 }
