@@ -84,6 +84,25 @@ type Reconciler interface {
 	Lookup(ctx context.Context, providerKey string) (result json.RawMessage, found bool, err error)
 }
 
+// ArgsGuaranteer is implemented by effects whose guarantee depends on the
+// intent's arguments: a webhook is deduplicated when its endpoint dedupes,
+// and at most once otherwise. GuaranteeFor gets valid arguments; Guarantee
+// then reports the weakest guarantee the effect can have. An effect that
+// can answer GuaranteeReconcilable must implement Reconciler.
+type ArgsGuaranteer interface {
+	GuaranteeFor(args json.RawMessage) Guarantee
+}
+
+// GuaranteeOf returns e's guarantee for an intent's arguments.
+func GuaranteeOf(e Effect, args json.RawMessage) Guarantee {
+	if g, ok := e.(ArgsGuaranteer); ok {
+		if guarantee := g.GuaranteeFor(args); guarantee.Valid() {
+			return guarantee
+		}
+	}
+	return e.Guarantee()
+}
+
 // DedupeWindower is implemented by deduplicated effects whose provider keeps
 // keys for a window other than DedupeWindowDefault.
 type DedupeWindower interface {

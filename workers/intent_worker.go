@@ -155,9 +155,9 @@ func (w *IntentWorker) MaxAttempts() int { return w.maxAttempts + MaxAttemptsMar
 func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) error {
 	id := job.Args.IntentID
 	var c *claimed
-	// The job's queue is its intent's effect, so the guarantee is known
-	// before the intent is read.
-	if e, ok := w.effects.Get(job.Queue); ok && e.Guarantee() == effects.GuaranteeDeduplicated {
+	// The job's queue is its intent's effect, so whether it may be
+	// deduplicated is known before the intent is read.
+	if e, ok := w.effects.Get(job.Queue); ok && mayDedupe(e) {
 		r, err := w.reads.do(ctx, id)
 		if err != nil {
 			return err
@@ -165,7 +165,7 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 		switch {
 		case !r.found || intentState(r.state).terminal():
 			return nil
-		case r.state == "pending":
+		case r.state == "pending" && effects.GuaranteeOf(e, r.args) == effects.GuaranteeDeduplicated:
 			c = &r.claimed
 			c.prevState = "pending"
 			c.expectState, c.expectAttempt = "pending", r.attempt
@@ -180,8 +180,9 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 				c.maybeSent = true
 			}
 		}
-		// A running deduplicated intent (left by an older version that
-		// claimed them): take the general path below.
+		// Not deduplicated for these args (a webhook to an endpoint that
+		// does not dedupe), or running (left by a version that claimed
+		// deduplicated intents): take the general path below.
 	}
 	if c == nil {
 		out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout)})
@@ -200,6 +201,13 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 			err: errJSON("unknown_effect", fmt.Sprintf("effect %q is not enabled in this dispatcher", c.effect))}, nil)
 	}
 	lost := c.prevState == "running"
+	guarantee := effects.GuaranteeOf(effect, c.args)
+	reconciler, canLookup := effect.(effects.Reconciler)
+	if guarantee == effects.GuaranteeReconcilable && !canLookup {
+		// The registry refuses such effects, but an ArgsGuaranteer could
+		// still answer reconcilable: without a look-up, assume the worst.
+		guarantee = effects.GuaranteeAtMostOnce
+	}
 
 	// An earlier attempt was the last one and died: decide without sending.
 	if job.Attempt > w.maxAttempts {
@@ -208,14 +216,14 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 
 	req := &effects.Request{Args: c.args, Attempt: c.attempt, IntentID: c.id, Namespace: c.namespace, ProviderKey: c.providerKey}
 	if lost {
-		switch effect.Guarantee() {
+		switch guarantee {
 		case effects.GuaranteeAtMostOnce:
 			// The provider can neither dedupe nor be asked: do not guess.
 			return w.finish(ctx, c, "unknown", finish{state: "unknown", maybeSent: true,
 				err: errJSON("outcome_lost", "an attempt may have reached the provider and its outcome was lost")}, nil)
 		case effects.GuaranteeReconcilable:
 			lookupCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
-			result, found, err := effect.(effects.Reconciler).Lookup(lookupCtx, c.providerKey)
+			result, found, err := reconciler.Lookup(lookupCtx, c.providerKey)
 			cancel()
 			if err != nil {
 				// Nothing was sent by this attempt: release the lease so the
@@ -236,7 +244,7 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 	// A deduplicated effect is retried with the same provider key after a
 	// lost or ambiguous outcome, but past the provider's window a reused key
 	// is a new request: retrying could act twice.
-	if c.maybeSent && effect.Guarantee() == effects.GuaranteeDeduplicated {
+	if c.maybeSent && guarantee == effects.GuaranteeDeduplicated {
 		if window := effects.DedupeWindow(effect); time.Since(c.createdAt) > window {
 			return w.finish(ctx, c, "unknown", finish{state: "unknown", maybeSent: true,
 				err: errJSON("dedupe_window_passed", "an earlier attempt may have acted and the intent is older than the provider's dedupe window ("+window.String()+")")}, nil)
@@ -269,7 +277,7 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 		return w.finish(ctx, c, "not_sent", finish{state: "pending", err: errJSON(code, err.Error())}, err)
 
 	default: // ambiguous
-		switch effect.Guarantee() {
+		switch guarantee {
 		case effects.GuaranteeAtMostOnce:
 			return w.finish(ctx, c, "ambiguous", finish{state: "unknown", maybeSent: true, err: errJSON(code, err.Error())}, nil)
 		case effects.GuaranteeReconcilable:
@@ -286,6 +294,14 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 			return w.finish(ctx, c, "ambiguous", finish{state: "pending", maybeSent: true, err: errJSON(code, err.Error())}, err)
 		}
 	}
+}
+
+// mayDedupe reports whether e is, or for some arguments can be, deduplicated.
+func mayDedupe(e effects.Effect) bool {
+	if _, ok := e.(effects.ArgsGuaranteer); ok {
+		return true
+	}
+	return e.Guarantee() == effects.GuaranteeDeduplicated
 }
 
 // notClaimed handles a job whose intent could not be claimed.

@@ -601,3 +601,66 @@ func TestIntentWorkerBatchesConcurrentAttempts(t *testing.T) {
 		` WHERE state = 'succeeded' AND attempt = 1`).Scan(&succeeded))
 	require.Equal(t, n, succeeded)
 }
+
+// argsEffect's guarantee depends on its args, like a webhook's endpoint.
+type argsEffect struct{ testEffect }
+
+func (e *argsEffect) GuaranteeFor(args json.RawMessage) effects.Guarantee {
+	var a struct {
+		Dedupe bool `json:"dedupe"`
+	}
+	_ = json.Unmarshal(args, &a)
+	if a.Dedupe {
+		return effects.GuaranteeDeduplicated
+	}
+	return effects.GuaranteeAtMostOnce
+}
+
+func TestIntentWorkerGuaranteeFromArgs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := outboxtest.Schema(t)
+	effect := &argsEffect{testEffect{guarantee: effects.GuaranteeAtMostOnce, window: time.Hour, acted: map[string]int{}}}
+	reg, err := effects.NewRegistry(effect)
+	require.NoError(t, err)
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+	require.NoError(t, err)
+	worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{Effects: reg, Schema: schema})
+	require.NoError(t, err)
+	worker.Start()
+	defer worker.Stop()
+
+	seen := map[string]outbox.State{}
+	effect.execute = func(ctx context.Context, req *effects.Request, act func()) (json.RawMessage, error) {
+		// What the intent looks like while the provider is being called.
+		var key string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT key FROM `+pgx.Identifier{schema, "outbox_intent"}.Sanitize()+` WHERE id = $1`, req.IntentID).Scan(&key))
+		got, err := client.Get(ctx, "", key)
+		require.NoError(t, err)
+		seen[key] = got.State
+		act()
+		return nil, effects.Ambiguous("reset", errors.New("reset after acting"))
+	}
+	for _, tc := range []struct {
+		key    string
+		dedupe bool
+	}{{"dedupe", true}, {"plain", false}} {
+		res, err := client.EnqueueTx(ctx, pool, &outbox.EnqueueParams{Key: tc.key, Effect: "test", Args: map[string]any{"dedupe": tc.dedupe}})
+		require.NoError(t, err)
+		job := &river.Job[workers.IntentArgs]{
+			JobRow: &rivertype.JobRow{ID: res.Intent.ID, Attempt: 1, Queue: "test"},
+			Args:   workers.IntentArgs{IntentID: res.Intent.ID},
+		}
+		_ = worker.Work(ctx, job)
+	}
+	// Deduplicated for its args: not claimed, and retried after the
+	// ambiguous answer. At most once for its args: claimed, then unknown.
+	require.Equal(t, outbox.StatePending, seen["dedupe"])
+	require.Equal(t, outbox.StateRunning, seen["plain"])
+	got, err := client.Get(ctx, "", "dedupe")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatePending, got.State)
+	got, err = client.Get(ctx, "", "plain")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StateUnknown, got.State)
+}
