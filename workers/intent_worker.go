@@ -315,7 +315,9 @@ func (w *IntentWorker) notClaimed(ctx context.Context, id int64, out *claimOutco
 		// while its first worker still runs, or a reconcilable intent whose
 		// ambiguous request may still be in flight. Come back when the
 		// lease ends, without spending an attempt.
-		return river.JobSnooze(time.Until(*out.leaseExpiresAt) + 50*time.Millisecond)
+		// (The lease may have ended since the claim looked: River refuses a
+		// negative snooze.)
+		return river.JobSnooze(max(time.Until(*out.leaseExpiresAt), 0) + 50*time.Millisecond)
 	default:
 		// Terminal: a re-run job, a River UI retry of a completed job, or a
 		// job rescued after its intent was finished. Harmless by design.
