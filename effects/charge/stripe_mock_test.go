@@ -1,0 +1,121 @@
+package charge_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/effects/charge"
+)
+
+// testTool finds a third-party server binary that scripts/install-test-tools.sh
+// installs: $envVar, else PATH, else $GOPATH/bin. Without it the test is
+// skipped, except under CI, where it must be there.
+func testTool(t *testing.T, name, envVar string) string {
+	t.Helper()
+	if p := os.Getenv(envVar); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		home, _ := os.UserHomeDir()
+		gopath = filepath.Join(home, "go")
+	}
+	if p := filepath.Join(gopath, "bin", name); fileExists(p) {
+		return p
+	}
+	msg := fmt.Sprintf("%s not found (set %s, or put it on PATH): run scripts/install-test-tools.sh", name, envVar)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// startStripeMock runs stripe-mock on loopback ports of its choosing and
+// returns its HTTP URL.
+func startStripeMock(t *testing.T) string {
+	t.Helper()
+	bin := testTool(t, "stripe-mock", "STRIPE_MOCK_BIN")
+	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "Listening for HTTP at address: "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case <-time.After(30 * time.Second):
+		t.Fatal("stripe-mock did not start listening")
+		return ""
+	}
+}
+
+// Every request the charge effect sends is accepted by stripe-mock, which
+// validates requests against Stripe's OpenAPI specification: with and
+// without the optional arguments, through stripe-go as the effect uses it.
+func TestStripeMockAcceptsEveryCharge(t *testing.T) {
+	t.Parallel()
+	url := startStripeMock(t)
+	effect, err := charge.New(&charge.Config{APIKey: "sk_test_123", URL: url})
+	require.NoError(t, err)
+
+	argsList := []string{
+		`{"customer": "cus_123", "amount": 1999, "currency": "usd"}`,
+		`{"customer": "cus_123", "amount": 50, "currency": "EUR", "payment_method": "pm_card_visa"}`,
+		`{"customer": "cus_456", "amount": 1.2e3, "currency": "jpy", "description": "Order #1234 — 2 items"}`,
+		`{"customer": "cus_789", "amount": 99999999, "currency": "gbp", "payment_method": "pm_card_visa", "description": "everything"}`,
+	}
+	// The control: stripe-mock does refuse what the specification does not
+	// have, so the successes below mean something.
+	control, err := http.NewRequest(http.MethodPost, url+"/v1/payment_intents",
+		strings.NewReader("amount=1&currency=usd&confirm=true&no_such_param=1"))
+	require.NoError(t, err)
+	control.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	control.SetBasicAuth("sk_test_123", "")
+	resp, err := http.DefaultClient.Do(control)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+
+	for i, args := range argsList {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		raw, err := effect.Execute(ctx, request(fmt.Sprintf("obx_mock_%d", i), args))
+		cancel()
+		require.NoError(t, err, "stripe-mock refused charge %d (%s)", i, args)
+		var res charge.Result
+		require.NoError(t, json.Unmarshal(raw, &res))
+		require.True(t, strings.HasPrefix(res.PaymentIntent, "pi_"), "result: %s", raw)
+	}
+}

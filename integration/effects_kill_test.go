@@ -1,0 +1,73 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/internal/sandbox"
+)
+
+// SPEC 13.4 for each provider effect: outboxd serve is killed with SIGKILL
+// while its attempts hang at the provider right before, or right after, the
+// provider performed the effect; a new process takes over, and effects are
+// counted at the stand-ins. deduplicated (charge, webhook to a deduplicating
+// endpoint): retried with the same key, one effect. reconcilable (ticket):
+// looked up once the lease expired, found or sent, one ticket, succeeded. at
+// most once (email): unknown, and at most one message.
+//
+// All eight intents hang in one process and are lost by one kill, so the
+// wait for River's rescuer is paid once.
+func TestEffectsKillServe(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		effect  string
+		point   sandbox.FaultKind
+		state   outbox.State
+		effects int
+	}{
+		{"charge", sandbox.FaultHangBefore, outbox.StateSucceeded, 1},
+		{"charge", sandbox.FaultHangAfter, outbox.StateSucceeded, 1},
+		{"webhook", sandbox.FaultHangBefore, outbox.StateSucceeded, 1},
+		{"webhook", sandbox.FaultHangAfter, outbox.StateSucceeded, 1},
+		{"ticket", sandbox.FaultHangBefore, outbox.StateSucceeded, 1},
+		{"ticket", sandbox.FaultHangAfter, outbox.StateSucceeded, 1},
+		{"email", sandbox.FaultHangBefore, outbox.StateUnknown, 0},
+		{"email", sandbox.FaultHangAfter, outbox.StateUnknown, 1},
+	}
+	// A longer deadline than the harness's, so that no hanging attempt
+	// times out before all of them hang and the kill comes.
+	p := newProviderEnv(t, true, "OUTBOX_EFFECT_TIMEOUT=3s")
+	keys := make([]string, len(cases))
+	for i, tc := range cases {
+		keys[i] = tc.effect + "-" + string(tc.point)
+		p.standIn(tc.effect).MisbehaveFor(outbox.ProviderKey(outbox.NamespaceDefault, keys[i]), sandbox.Fault{Kind: tc.point})
+	}
+	first := p.serve()
+	for i, tc := range cases {
+		p.enqueue(t, keys[i], tc.effect, effectArgs[tc.effect])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, tc := range cases {
+		require.NoError(t, p.standIn(tc.effect).WaitHanging(ctx, outbox.ProviderKey(outbox.NamespaceDefault, keys[i])))
+	}
+	first.kill9()
+
+	p.serve()
+	for i, tc := range cases {
+		t.Run(keys[i], func(t *testing.T) {
+			// River's rescuer takes the dead process's jobs up once they are
+			// older than three effect timeouts and the new process leads.
+			intent := p.waitIntent(t, keys[i], 120*time.Second)
+			require.Equal(t, tc.state, intent.State, "intent: %+v", intent)
+			require.Equal(t, tc.effects, p.standIn(tc.effect).EffectsFor(intent.ProviderKey), "effects performed at the provider")
+			if tc.state == outbox.StateUnknown {
+				require.Equal(t, "outcome_lost", intent.Error.Code)
+			}
+		})
+	}
+}
