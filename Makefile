@@ -2,7 +2,13 @@
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: run test lint bench ci
+.PHONY: demo run test lint bench ci
+
+# The first run: the story outbox exists for, told with real calls, then
+# River UI and /metrics until Ctrl-C. A throwaway PostgreSQL unless
+# DATABASE_URL is set in the environment.
+demo:
+	go run ./cmd/outboxd demo
 
 # The main job: migrate, then serve with the sandbox effects, against
 # DATABASE_URL (the machine's PostgreSQL by default).

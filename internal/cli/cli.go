@@ -83,6 +83,8 @@ var commands = []struct {
 	{"migrate", "apply, revert or inspect the database migrations", (*app).migrate},
 	{"enqueue", "record an intent", (*app).enqueue},
 	{"intents", "list, show, cancel or resolve intents", (*app).intents},
+	{"mcp", "serve MCP (the agents' tools) on stdio", (*app).mcp},
+	{"demo", "tell the story outbox exists for, with real calls, then serve", (*app).demo},
 	{"version", "print the version", (*app).version},
 }
 

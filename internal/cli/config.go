@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/mail"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -17,6 +19,7 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/effects/webhook"
 )
 
 // Config is outboxd's configuration, read from the environment (SPEC section
@@ -68,23 +71,73 @@ type Config struct {
 	// Defaults to 168h.
 	Retention time.Duration `env:"OUTBOX_RETENTION, default=168h" expect:"a positive duration such as 168h" help:"how long terminal intents (and so their keys) are kept"`
 
-	// Sandbox enables the sandbox effects (noop, noop_reconcilable,
-	// noop_at_most_once). Defaults to false.
-	Sandbox bool `env:"OUTBOX_SANDBOX, default=false" expect:"true or false" help:"enable the sandbox effects noop, noop_reconcilable and noop_at_most_once"`
+	// SMTPAddr is the SMTP server of the email effect, host:port; setting
+	// it enables email. Defaults to none.
+	SMTPAddr string `env:"OUTBOX_SMTP_ADDR" expect:"host:port such as smtp.example.com:587" help:"SMTP server host:port; enables the email effect"`
+
+	// SMTPFrom is the sender of emails, required with SMTPAddr. Defaults to
+	// none.
+	SMTPFrom string `env:"OUTBOX_SMTP_FROM" expect:"an email address such as Shop <shop@example.com>" help:"sender of emails (required with OUTBOX_SMTP_ADDR)"`
+
+	// SMTPPassword is the SMTP AUTH password. Defaults to none.
+	SMTPPassword string `env:"OUTBOX_SMTP_PASSWORD" secret:"true" expect:"a password" help:"SMTP AUTH password"`
+
+	// SMTPTLS is how the SMTP connection is secured: starttls, tls
+	// (implicit, port 465) or none. Defaults to starttls.
+	SMTPTLS string `env:"OUTBOX_SMTP_TLS, default=starttls" expect:"starttls, tls or none" help:"SMTP security: starttls, tls (implicit) or none"`
+
+	// SMTPUser turns on SMTP AUTH with this user. Defaults to none.
+	SMTPUser string `env:"OUTBOX_SMTP_USER" expect:"a user name" help:"SMTP AUTH user (AUTH is used when set)"`
+
+	// Sandbox starts local stand-ins for every provider (a Stripe-like
+	// server, an SMTP sink, a Zendesk-like server, a webhook receiver) and
+	// points charge, email, ticket and webhook at them, ignoring the
+	// provider variables; it also enables the noop effects (noop,
+	// noop_reconcilable, noop_at_most_once). Defaults to false.
+	Sandbox bool `env:"OUTBOX_SANDBOX, default=false" expect:"true or false" help:"run every effect against local stand-in providers (ignoring the provider variables), and enable the noop effects"`
 
 	// Schema holds River's tables and outbox's. Defaults to outbox.
 	Schema string `env:"OUTBOX_SCHEMA, default=outbox" expect:"a schema name matching ^[a-z_][a-z0-9_]{0,39}$" help:"schema of River's tables and outbox's"`
 
-	// UIPassword is River UI's basic auth password. Defaults to none. Not
-	// used yet.
-	UIPassword string `env:"OUTBOX_UI_PASSWORD" secret:"true" expect:"a password" help:"River UI basic auth password (not used yet)"`
+	// StripeKey is the Stripe secret key; setting it enables charge.
+	// Defaults to none.
+	StripeKey string `env:"OUTBOX_STRIPE_KEY" secret:"true" expect:"a Stripe secret key such as sk_live_..." help:"Stripe secret key; enables the charge effect"`
 
-	// UIUser is River UI's basic auth user. Defaults to none. Not used yet.
-	UIUser string `env:"OUTBOX_UI_USER" expect:"a user name" help:"River UI basic auth user (not used yet)"`
+	// StripeURL is Stripe's API. Defaults to https://api.stripe.com.
+	StripeURL string `env:"OUTBOX_STRIPE_URL, default=https://api.stripe.com" expect:"an http or https URL such as https://api.stripe.com" help:"Stripe API base URL (stripe-mock or a sandbox in tests)"`
+
+	// UIPassword is River UI's basic auth password, required with UIUser.
+	// Defaults to none.
+	UIPassword string `env:"OUTBOX_UI_PASSWORD" secret:"true" expect:"a password" help:"River UI (/riverui/) basic auth password"`
+
+	// UIUser is River UI's basic auth user. Without it (and UIPassword),
+	// serve listens only on loopback. Defaults to none.
+	UIUser string `env:"OUTBOX_UI_USER" expect:"a user name" help:"River UI (/riverui/) basic auth user; without it serve listens only on loopback"`
+
+	// WebhookSecret signs webhooks (Standard Webhooks), required with
+	// Webhooks. Defaults to none.
+	WebhookSecret string `env:"OUTBOX_WEBHOOK_SECRET" secret:"true" expect:"whsec_ followed by base64" help:"webhook signing secret, whsec_... (required with OUTBOX_WEBHOOKS)"`
+
+	// Webhooks are the webhook effect's endpoints, name=url[;dedupe],...;
+	// setting them enables webhook. Secret, since a URL can carry a token.
+	// Defaults to none.
+	Webhooks string `env:"OUTBOX_WEBHOOKS" secret:"true" expect:"name=url[;dedupe] entries separated by commas" help:"webhook endpoints, name=url[;dedupe],...; enables the webhook effect"`
 
 	// Workers is the number of River workers per effect queue. Defaults to
 	// 50.
 	Workers int `env:"OUTBOX_WORKERS, default=50" expect:"a whole number from 1 to 10000" help:"River workers per effect queue"`
+
+	// ZendeskEmail is the Zendesk agent of the API token, required with
+	// ZendeskURL. Defaults to none.
+	ZendeskEmail string `env:"OUTBOX_ZENDESK_EMAIL" expect:"the email address of a Zendesk agent" help:"Zendesk agent whose API token is used (required with OUTBOX_ZENDESK_URL)"`
+
+	// ZendeskToken is the Zendesk API token, required with ZendeskURL.
+	// Defaults to none.
+	ZendeskToken string `env:"OUTBOX_ZENDESK_TOKEN" secret:"true" expect:"a Zendesk API token" help:"Zendesk API token (required with OUTBOX_ZENDESK_URL)"`
+
+	// ZendeskURL is the Zendesk account, such as https://acme.zendesk.com;
+	// setting it enables ticket. Defaults to none.
+	ZendeskURL string `env:"OUTBOX_ZENDESK_URL" expect:"an http or https URL such as https://acme.zendesk.com" help:"Zendesk account URL; enables the ticket effect"`
 }
 
 // workersMax bounds OUTBOX_WORKERS, and so serve's pool size.
@@ -154,12 +207,48 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"Namespace", outbox.ValidateNamespace(c.Namespace) == nil},
 		{"Retention", c.Retention > 0},
 		{"Schema", schemaRE.MatchString(c.Schema)},
+		{"SMTPAddr", c.SMTPAddr == "" || validHostPort(c.SMTPAddr)},
+		{"SMTPFrom", c.SMTPFrom == "" || validEmail(c.SMTPFrom)},
+		{"SMTPTLS", c.SMTPTLS == "starttls" || c.SMTPTLS == "tls" || c.SMTPTLS == "none"},
+		{"StripeURL", validHTTPURL(c.StripeURL)},
+		{"WebhookSecret", c.WebhookSecret == "" || validWebhookSecret(c.WebhookSecret)},
 		{"Workers", c.Workers >= 1 && c.Workers <= workersMax},
+		{"ZendeskURL", c.ZendeskURL == "" || validHTTPURL(c.ZendeskURL)},
 	}
 	for _, check := range checks {
 		if !check.ok {
 			return invalid(lookuper, check.field)
 		}
+	}
+	if err := c.validateWebhooks(); err != nil {
+		return err
+	}
+	// A provider is enabled by one variable, and then needs its others.
+	requires := []struct {
+		field, needs string
+		ok           bool
+	}{
+		{"SMTPFrom", "SMTPAddr", c.SMTPAddr == "" || c.SMTPFrom != ""},
+		{"WebhookSecret", "Webhooks", c.Webhooks == "" || c.WebhookSecret != ""},
+		{"ZendeskEmail", "ZendeskURL", c.ZendeskURL == "" || c.ZendeskEmail != ""},
+		{"ZendeskToken", "ZendeskURL", c.ZendeskURL == "" || c.ZendeskToken != ""},
+	}
+	for _, r := range requires {
+		if !r.ok {
+			return &ConfigError{Var: envName(r.field), Message: "not set; expected " + fieldTag(r.field, "expect") + ", required when " + envName(r.needs) + " is set"}
+		}
+	}
+	return nil
+}
+
+// validateWebhooks checks OUTBOX_WEBHOOKS, saying which entry is wrong
+// without quoting it: its URL can carry a token.
+func (c *Config) validateWebhooks() error {
+	if c.Webhooks == "" {
+		return nil
+	}
+	if _, err := webhook.ParseEndpoints(c.Webhooks); err != nil {
+		return &ConfigError{Var: envName("Webhooks"), Message: "expected " + fieldTag("Webhooks", "expect") + "; " + err.Error()}
 	}
 	return nil
 }
@@ -217,6 +306,26 @@ func validTokens(tokens map[string]string) bool {
 func validAddr(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	return err == nil && port != ""
+}
+
+func validHostPort(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	return err == nil && host != "" && port != ""
+}
+
+func validEmail(s string) bool {
+	_, err := mail.ParseAddress(s)
+	return err == nil
+}
+
+func validHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+func validWebhookSecret(s string) bool {
+	_, err := webhook.ParseSecret(s)
+	return err == nil
 }
 
 func validLevel(level string) bool {

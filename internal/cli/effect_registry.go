@@ -1,16 +1,25 @@
 package cli
 
 import (
+	"fmt"
 	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/charge"
+	"github.com/outbox-dev/outbox/effects/email"
 	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/effects/ticket"
+	"github.com/outbox-dev/outbox/effects/webhook"
+	"github.com/outbox-dev/outbox/internal/sandbox"
 )
 
-// sandboxEffects are the effects OUTBOX_SANDBOX=true enables: the noop effect
-// under each guarantee, recording what it does in the database.
+// sandboxEffects are the noop effects OUTBOX_SANDBOX=true enables, one per
+// guarantee, recording what they do in the database.
 var sandboxEffects = []struct {
 	name      string
 	guarantee effects.Guarantee
@@ -20,17 +29,193 @@ var sandboxEffects = []struct {
 	{"noop_at_most_once", effects.GuaranteeAtMostOnce},
 }
 
-// newEffectRegistry returns the effects cfg enables, possibly none. serve
-// runs them, and enqueue validates intents with them. pool is where the
-// sandbox effects record what they do.
+// The sandbox's fixed settings: credentials its stand-ins accept, and the
+// webhook endpoint it configures.
+const (
+	sandboxStripeKey       = "sk_test_outbox_sandbox"
+	sandboxSMTPFrom        = "Outbox Sandbox <sandbox@outbox.invalid>"
+	sandboxZendeskEmail    = "sandbox@outbox.invalid"
+	sandboxZendeskToken    = "outbox-sandbox"
+	sandboxWebhookEndpoint = "sandbox"
+)
+
+// ignoredProviderVars are the provider variables set, which
+// OUTBOX_SANDBOX=true ignores.
+func ignoredProviderVars(cfg *Config) []string {
+	values := map[string]string{
+		"SMTPAddr": cfg.SMTPAddr, "SMTPFrom": cfg.SMTPFrom, "SMTPPassword": cfg.SMTPPassword,
+		"SMTPUser": cfg.SMTPUser, "StripeKey": cfg.StripeKey, "WebhookSecret": cfg.WebhookSecret,
+		"Webhooks": cfg.Webhooks, "ZendeskEmail": cfg.ZendeskEmail, "ZendeskToken": cfg.ZendeskToken,
+		"ZendeskURL": cfg.ZendeskURL,
+	}
+	var set []string
+	for field, v := range values {
+		if v != "" {
+			set = append(set, envName(field))
+		}
+	}
+	slices.Sort(set)
+	return set
+}
+
+// providerSettings are where the provider effects send, and with what.
+type providerSettings struct {
+	smtpAddr, smtpFrom, smtpPassword, smtpUser string
+	smtpTLS                                    email.TLSMode
+	stripeKey, stripeURL                       string
+	webhookSecret                              string
+	webhooks                                   []webhook.Endpoint
+	zendeskEmail, zendeskToken, zendeskURL     string
+}
+
+// newEffectRegistry returns the effects cfg enables, possibly none, for
+// validating intents (enqueue, MCP): with OUTBOX_SANDBOX=true the provider
+// effects are built as serve would build them, but no stand-in is started,
+// since nothing is sent. pool is where the noop effects record what they do.
 func newEffectRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) (*effects.Registry, error) {
-	var enabled []effects.Effect
+	settings := configuredProviders(cfg)
 	if cfg.Sandbox {
-		for _, s := range sandboxEffects {
+		// Validation never reaches a provider: addresses that no one
+		// listens on stand in for the stand-ins.
+		settings = sandboxSettings(cfg, "http://127.0.0.1:9", "127.0.0.1:9", "http://127.0.0.1:9",
+			"http://127.0.0.1:9/dedupe/"+sandboxWebhookEndpoint, "whsec_c2FuZGJveA==")
+	}
+	return buildRegistry(cfg, pool, logger, settings)
+}
+
+// startEffectRegistry returns the effects cfg enables, possibly none, for
+// executing intents (serve). With OUTBOX_SANDBOX=true it first starts the
+// sandbox's stand-in providers on loopback ports and points the effects at
+// them; stop stops them, after the dispatcher stopped.
+func startEffectRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) (registry *effects.Registry, stop func(), err error) {
+	settings := configuredProviders(cfg)
+	stop = func() {}
+	if cfg.Sandbox {
+		if ignored := ignoredProviderVars(cfg); len(ignored) > 0 {
+			logger.Warn("OUTBOX_SANDBOX=true: provider settings ignored, every effect uses the sandbox", slog.String("ignored", strings.Join(ignored, ",")))
+		}
+		sb, err := sandbox.Start(&sandbox.Config{
+			Logger:       logger.With(slog.String("component", "sandbox")),
+			StripeAPIKey: sandboxStripeKey,
+			ZendeskEmail: sandboxZendeskEmail,
+			ZendeskToken: sandboxZendeskToken,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("error starting the sandbox providers: %w", err)
+		}
+		stop = sb.Close
+		settings = sandboxSettings(cfg, sb.Stripe.URL(), sb.SMTP.Addr(), sb.Zendesk.URL(),
+			sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true), sb.Webhooks.Secret())
+		// Their addresses, for a person who wants to look (each HTTP
+		// stand-in answers GET /_sandbox/stats and takes faults at POST
+		// /_sandbox/faults).
+		logger.Info("sandbox providers started",
+			slog.String("stripe_url", sb.Stripe.URL()),
+			slog.String("smtp_addr", sb.SMTP.Addr()),
+			slog.String("zendesk_url", sb.Zendesk.URL()),
+			slog.String("webhook_url", sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true)))
+	}
+	registry, err = buildRegistry(cfg, pool, logger, settings)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	logProviders(logger, registry, settings)
+	return registry, stop, nil
+}
+
+// configuredProviders reads the provider variables.
+func configuredProviders(cfg *Config) *providerSettings {
+	s := &providerSettings{
+		smtpAddr:      cfg.SMTPAddr,
+		smtpFrom:      cfg.SMTPFrom,
+		smtpPassword:  cfg.SMTPPassword,
+		smtpTLS:       email.TLSMode(cfg.SMTPTLS),
+		smtpUser:      cfg.SMTPUser,
+		stripeKey:     cfg.StripeKey,
+		stripeURL:     cfg.StripeURL,
+		webhookSecret: cfg.WebhookSecret,
+		zendeskEmail:  cfg.ZendeskEmail,
+		zendeskToken:  cfg.ZendeskToken,
+		zendeskURL:    cfg.ZendeskURL,
+	}
+	if cfg.Webhooks != "" {
+		// Checked by loadConfig.
+		s.webhooks, _ = webhook.ParseEndpoints(cfg.Webhooks)
+	}
+	return s
+}
+
+func sandboxSettings(cfg *Config, stripeURL, smtpAddr, zendeskURL, webhookURL, webhookSecret string) *providerSettings {
+	return &providerSettings{
+		smtpAddr:      smtpAddr,
+		smtpFrom:      sandboxSMTPFrom,
+		smtpTLS:       email.TLSNone,
+		stripeKey:     sandboxStripeKey,
+		stripeURL:     stripeURL,
+		webhookSecret: webhookSecret,
+		webhooks:      []webhook.Endpoint{{Name: sandboxWebhookEndpoint, URL: webhookURL, Dedupe: true}},
+		zendeskEmail:  sandboxZendeskEmail,
+		zendeskToken:  sandboxZendeskToken,
+		zendeskURL:    zendeskURL,
+	}
+}
+
+// buildRegistry builds the effects: each provider effect whose provider is
+// configured (SPEC section 8), and the noop effects in sandbox mode.
+func buildRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger, s *providerSettings) (*effects.Registry, error) {
+	var enabled []effects.Effect
+	if s.stripeKey != "" {
+		e, err := charge.New(&charge.Config{
+			APIKey: s.stripeKey,
+			Logger: logger,
+			URL:    s.stripeURL,
+		})
+		if err != nil {
+			return nil, err
+		}
+		enabled = append(enabled, e)
+	}
+	if s.smtpAddr != "" {
+		e, err := email.New(&email.Config{
+			Addr:     s.smtpAddr,
+			From:     s.smtpFrom,
+			Password: s.smtpPassword,
+			TLS:      s.smtpTLS,
+			User:     s.smtpUser,
+		})
+		if err != nil {
+			return nil, err
+		}
+		enabled = append(enabled, e)
+	}
+	if s.zendeskURL != "" {
+		e, err := ticket.New(&ticket.Config{
+			Email: s.zendeskEmail,
+			Token: s.zendeskToken,
+			URL:   s.zendeskURL,
+		})
+		if err != nil {
+			return nil, err
+		}
+		enabled = append(enabled, e)
+	}
+	if len(s.webhooks) > 0 {
+		e, err := webhook.New(&webhook.Config{
+			Endpoints: s.webhooks,
+			Secret:    s.webhookSecret,
+		})
+		if err != nil {
+			return nil, err
+		}
+		enabled = append(enabled, e)
+	}
+	if cfg.Sandbox {
+		for _, sb := range sandboxEffects {
 			effect, err := noop.New(&noop.Config{
-				Guarantee: s.guarantee,
+				Guarantee: sb.guarantee,
 				Logger:    logger,
-				Name:      s.name,
+				Name:      sb.name,
 				Pool:      pool,
 				Schema:    cfg.Schema,
 			})
@@ -41,4 +226,41 @@ func newEffectRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) (*e
 		}
 	}
 	return effects.NewRegistry(enabled...)
+}
+
+// logProviders says where each provider effect sends, never with a secret:
+// URLs lose their user information, webhook endpoints are named, not shown
+// (their URLs can carry tokens).
+func logProviders(logger *slog.Logger, registry *effects.Registry, s *providerSettings) {
+	if _, ok := registry.Get(charge.Name); ok {
+		logger.Info("provider configured", slog.String("effect", charge.Name), slog.String("url", redactURL(s.stripeURL)))
+	}
+	if _, ok := registry.Get(email.Name); ok {
+		attrs := []any{slog.String("effect", email.Name), slog.String("addr", s.smtpAddr), slog.String("tls", string(s.smtpTLS)), slog.Bool("auth", s.smtpUser != "")}
+		logger.Info("provider configured", attrs...)
+	}
+	if _, ok := registry.Get(ticket.Name); ok {
+		logger.Info("provider configured", slog.String("effect", ticket.Name), slog.String("url", redactURL(s.zendeskURL)))
+	}
+	if e, ok := registry.Get(webhook.Name); ok {
+		var names []string
+		for _, ep := range e.(*webhook.Effect).Endpoints() {
+			if ep.Dedupe {
+				names = append(names, ep.Name+" (dedupe)")
+			} else {
+				names = append(names, ep.Name)
+			}
+		}
+		logger.Info("provider configured", slog.String("effect", webhook.Name), slog.String("endpoints", strings.Join(names, ", ")))
+	}
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable)"
+	}
+	u.User = nil
+	u.RawQuery = ""
+	return u.String()
 }

@@ -60,7 +60,7 @@ func TestEnqueue(t *testing.T) {
 			"EffectArgs":    {[]string{"--key", "k", "--effect", "noop", "--args", `{"_noop": {"hang": "sideways"}}`}, "outboxd: invalid_args: args._noop.hang: "},
 			"InvalidKey":    {[]string{"--key", "a key", "--effect", "noop", "--args", `{}`}, "outboxd: invalid_key: key: "},
 			"EmptyKey":      {[]string{"--key", "", "--effect", "noop", "--args", `{}`}, "outboxd: invalid_key: key: "},
-			"UnknownEffect": {[]string{"--key", "k", "--effect", "charge", "--args", `{}`}, "outboxd: unknown_effect: effect: "},
+			"UnknownEffect": {[]string{"--key", "k", "--effect", "fax", "--args", `{}`}, "outboxd: unknown_effect: effect: "},
 			"NoFile":        {[]string{"--key", "k", "--effect", "noop", "--args", "@/nonexistent/args.json"}, "outboxd: error reading --args: "},
 		} {
 			t.Run(name, func(t *testing.T) {

@@ -1,26 +1,185 @@
 package cli
 
 import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
 )
+
+// riverUIPrefix is where serve mounts River UI.
+const riverUIPrefix = "/riverui"
 
 // httpHandlerConfig is what newHTTPHandler serves.
 type httpHandlerConfig struct {
+	// API serves /v1/, /mcp and /readyz (package httpapi). Nil serves none
+	// of them.
+	API http.Handler
+
 	// Metrics is what /metrics exposes.
 	Metrics prometheus.Gatherer
+
+	// RiverUI serves /riverui/, behind basic auth (UIUser, UIPassword) or,
+	// without credentials, to loopback requests only. Nil serves no UI.
+	RiverUI http.Handler
+
+	// UIPassword and UIUser are River UI's basic auth credentials
+	// (OUTBOX_UI_PASSWORD, OUTBOX_UI_USER); both empty means no
+	// credentials.
+	UIPassword, UIUser string
 }
 
-// newHTTPHandler returns serve's HTTP handler: /healthz and /metrics.
+// newHTTPHandler returns serve's HTTP handler: /healthz, /metrics, River UI
+// and the API's paths.
 func newHTTPHandler(config *httpHandlerConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// Alive is all this says; the database is not asked.
+		// Alive is all this says; the database is not asked (/readyz does).
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(config.Metrics, promhttp.HandlerOpts{}))
+	if config.API != nil {
+		mux.Handle("/v1/", config.API)
+		mux.Handle("/mcp", config.API)
+		mux.Handle("/readyz", config.API)
+	}
+	if config.RiverUI != nil {
+		// The mux redirects /riverui to /riverui/; River UI strips the
+		// prefix itself.
+		mux.Handle(riverUIPrefix+"/", protectRiverUI(config.RiverUI, config.UIUser, config.UIPassword))
+	}
 	return mux
+}
+
+// newRiverUI returns River UI for client, under riverUIPrefix. It serves once
+// started (Handler.Start), and stops when Start's context ends. River's jobs
+// carry only their intent's id, so the UI shows no agent's arguments.
+func newRiverUI(client *river.Client[pgx.Tx], logger *slog.Logger) (*riverui.Handler, error) {
+	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    logger.With(slog.String("component", "riverui")),
+		Prefix:    riverUIPrefix,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error creating River UI: %w", err)
+	}
+	return ui, nil
+}
+
+// startRiverUI starts ui's background services until the returned stop is
+// called.
+func startRiverUI(ctx context.Context, ui *riverui.Handler) (stop func(), err error) {
+	// River UI stops when Start's context ends; serve stops it itself, after
+	// the HTTP server, so it gets a context that only stop cancels.
+	uiCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if err := ui.Start(uiCtx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("error starting River UI: %w", err)
+	}
+	return cancel, nil
+}
+
+// protectRiverUI puts River UI behind HTTP basic auth, or, with no
+// credentials configured, lets through only requests that came through a
+// loopback address with a loopback Host (the API's rule: serve refuses to
+// listen elsewhere without credentials, and the Host check stops a page that
+// rebinds its DNS name to 127.0.0.1). Cross-origin requests from browsers
+// are refused first: a browser sends cached basic credentials to any page
+// that asks, and River UI's API can cancel, retry and delete jobs.
+func protectRiverUI(ui http.Handler, user, password string) http.Handler {
+	// Compared as SHA-256 sums, so that the time a comparison takes tells
+	// nothing of either value's length.
+	wantUser, wantPassword := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+	authorized := func(r *http.Request) bool {
+		gotUser, gotPassword, ok := r.BasicAuth()
+		u, p := sha256.Sum256([]byte(gotUser)), sha256.Sum256([]byte(gotPassword))
+		// Both compared whatever the first's outcome.
+		match := subtle.ConstantTimeCompare(u[:], wantUser[:]) & subtle.ConstantTimeCompare(p[:], wantPassword[:])
+		return ok && match == 1
+	}
+	protect := http.NewCrossOriginProtection()
+	return protect.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case user == "":
+			if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); (ok && !loopbackHost(addr.String())) || !loopbackHost(r.Host) {
+				http.Error(w, "River UI: without OUTBOX_UI_USER and OUTBOX_UI_PASSWORD it answers only on a loopback address", http.StatusForbidden)
+				return
+			}
+		case !authorized(r):
+			w.Header().Set("WWW-Authenticate", `Basic realm="outbox River UI", charset="UTF-8"`)
+			http.Error(w, "River UI: the user and password of OUTBOX_UI_USER and OUTBOX_UI_PASSWORD are required", http.StatusUnauthorized)
+			return
+		}
+		ui.ServeHTTP(w, r)
+	}))
+}
+
+// checkAPIAuth refuses, in one line, to serve the API without tokens on an
+// address other than loopback (SPEC section 7, "Auth"): without tokens,
+// every request acts for namespace default, unauthenticated.
+func checkAPIAuth(cfg *Config) error {
+	if len(cfg.APITokens) > 0 || loopbackListenAddr(cfg.HTTPAddr) {
+		return nil
+	}
+	return &ConfigError{Var: "OUTBOX_HTTP_ADDR", Message: fmt.Sprintf(
+		"%q is not a loopback address, and OUTBOX_API_TOKENS is empty: without tokens serve answers only on loopback "+
+			"(such as 127.0.0.1:8080); set OUTBOX_API_TOKENS to token:namespace pairs to listen on %s", cfg.HTTPAddr, cfg.HTTPAddr)}
+}
+
+// checkUIAuth applies River UI's version of the same rule: without
+// OUTBOX_UI_USER and OUTBOX_UI_PASSWORD, serve listens only on loopback. One
+// of the two without the other is a mistake.
+func checkUIAuth(cfg *Config) error {
+	switch {
+	case cfg.UIUser != "" && cfg.UIPassword == "":
+		return &ConfigError{Var: "OUTBOX_UI_PASSWORD", Message: "not set; expected " + fieldTag("UIPassword", "expect") + ", required when OUTBOX_UI_USER is set"}
+	case cfg.UIUser == "" && cfg.UIPassword != "":
+		return &ConfigError{Var: "OUTBOX_UI_USER", Message: "not set; expected " + fieldTag("UIUser", "expect") + ", required when OUTBOX_UI_PASSWORD is set"}
+	case cfg.UIUser == "" && !loopbackListenAddr(cfg.HTTPAddr):
+		return &ConfigError{Var: "OUTBOX_HTTP_ADDR", Message: fmt.Sprintf(
+			"%q is not a loopback address, and OUTBOX_UI_USER and OUTBOX_UI_PASSWORD are empty: without them River UI is served only on loopback "+
+				"(such as 127.0.0.1:8080); set both to listen on %s", cfg.HTTPAddr, cfg.HTTPAddr)}
+	}
+	return nil
+}
+
+// loopbackListenAddr reports whether a listen address binds loopback only:
+// localhost, 127.0.0.0/8 or ::1. An empty host (":8080") binds every
+// interface.
+func loopbackListenAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackHost reports whether a request's Host (or a connection's address),
+// with or without a port, is loopback.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

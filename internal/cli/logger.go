@@ -7,14 +7,37 @@ import (
 	"strings"
 )
 
-// newLogger returns the logger of cfg: text or JSON on w, at cfg's level.
+// redactedKeys are log attribute keys whose values never reach a log line:
+// an effect's personal fields (addresses, subjects, bodies), whole argument
+// objects, and secrets. Nothing in outbox logs them; this is the net under
+// a line that someone adds later, or a library's.
+var redactedKeys = map[string]bool{
+	"args": true, "arguments": true, "payload": true,
+	"to": true, "cc": true, "bcc": true, "reply_to": true, "requester_email": true, "recipients": true,
+	"subject": true, "text": true, "html": true, "body": true,
+	"api_key": true, "authorization": true, "password": true, "secret": true, "token": true,
+}
+
+// redactedValue replaces the value of a redacted key.
+const redactedValue = "[redacted]"
+
+// newLogger returns the logger of cfg: text or JSON on w, at cfg's level,
+// with the values of redactedKeys replaced.
 func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel) // checked by loadConfig
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: redactAttr}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// redactAttr is the handlers' ReplaceAttr.
+func redactAttr(_ []string, a slog.Attr) slog.Attr {
+	if redactedKeys[strings.ToLower(a.Key)] {
+		return slog.String(a.Key, redactedValue)
+	}
+	return a
 }
 
 // parseLevel reads OUTBOX_LOG_LEVEL's four levels, in any case.

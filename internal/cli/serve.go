@@ -13,12 +13,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/dispatcher"
+	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/migrations"
-	"github.com/outbox-dev/outbox/workers"
 )
 
 var cmdServe = &command{
@@ -27,7 +26,17 @@ var cmdServe = &command{
 per effect) and the HTTP server on OUTBOX_HTTP_ADDR:
 
   GET /healthz   200 {"status":"ok"} while the process is alive
-  GET /metrics   Prometheus metrics
+  GET /readyz    200 when the database answers and its migrations are current
+  GET /metrics   Prometheus metrics: outbox_*, go_*, process_*
+  /riverui/      River UI, for operators: behind basic auth from
+                 OUTBOX_UI_USER and OUTBOX_UI_PASSWORD
+  /v1/intents    the HTTP API: enqueue, read (?wait=), list, cancel, resolve
+  /mcp           MCP over streamable HTTP
+
+The API and /mcp take a bearer token of OUTBOX_API_TOKENS, which picks the
+namespace; without tokens serve refuses to listen on any address but
+loopback, and answers as namespace default. River UI follows the same rule
+without OUTBOX_UI_USER and OUTBOX_UI_PASSWORD.
 
 Refuses to start on a schema with pending migrations unless
 OUTBOX_AUTO_MIGRATE=true, and when no effect is enabled (set
@@ -69,6 +78,12 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if err := cfg.requireDatabaseURL(); err != nil {
 		return err
 	}
+	if err := checkAPIAuth(cfg); err != nil {
+		return err
+	}
+	if err := checkUIAuth(cfg); err != nil {
+		return err
+	}
 	logger := newLogger(cfg, a.stderr)
 
 	// Derived from the caller's ctx, so that cancelling it stops serve as a
@@ -88,10 +103,11 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		return err
 	}
 
-	registry, err := newEffectRegistry(cfg, pool, logger)
+	registry, stopEffects, err := startEffectRegistry(cfg, pool, logger)
 	if err != nil {
 		return err
 	}
+	defer stopEffects() // after the dispatcher stopped: its attempts may be calling them
 	if len(registry.Names()) == 0 {
 		return errors.New("no effect is enabled: configure a provider or set OUTBOX_SANDBOX=true")
 	}
@@ -100,17 +116,18 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		logger.InfoContext(ctx, "effect enabled", "effect", name, "guarantee", string(effect.Guarantee()))
 	}
 
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	metrics, err := newServeMetrics(pool, cfg.Schema, 0, logger)
+	if err != nil {
+		return err
+	}
+	metrics.gauges.Start(ctx)
+	defer metrics.gauges.Stop()
 	d, err := dispatcher.New(pool, &dispatcher.Config{
 		EffectTimeout: cfg.EffectTimeout,
 		Effects:       registry,
 		Logger:        logger,
 		MaxAttempts:   cfg.MaxAttempts,
-		Metrics:       workers.NewMetrics(metrics),
+		Metrics:       metrics.workers,
 		Retention:     cfg.Retention,
 		Schema:        cfg.Schema,
 		Workers:       cfg.Workers,
@@ -118,6 +135,35 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+
+	client, err := outbox.NewClient(pool, &outbox.Config{
+		EnqueueObserverFunc: metrics.enqueues.Observe,
+		Effects:             registry,
+		Logger:              logger,
+		Schema:              cfg.Schema,
+	})
+	if err != nil {
+		return err
+	}
+	api, err := httpapi.New(pool, client, &httpapi.Config{
+		AutoKeyWindow: cfg.AutoKeyWindow,
+		Logger:        logger,
+		Tokens:        cfg.APITokens,
+		Version:       version(),
+	})
+	if err != nil {
+		return err
+	}
+
+	ui, err := newRiverUI(d.River(), logger)
+	if err != nil {
+		return err
+	}
+	stopUI, err := startRiverUI(ctx, ui)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
 
 	// Listen before starting the dispatcher, so that a taken port fails the
 	// start before any intent is picked up.
@@ -135,7 +181,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 
 	server := &http.Server{
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		Handler:           newHTTPHandler(&httpHandlerConfig{Metrics: metrics}),
+		Handler:           newHTTPHandler(&httpHandlerConfig{API: api, Metrics: metrics.registry, RiverUI: ui, UIPassword: cfg.UIPassword, UIUser: cfg.UIUser}),
 		IdleTimeout:       httpIdleTimeout,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
+)
+
+var cmdMCP = &command{
+	name: "mcp",
+	doc: `Serves MCP (the Model Context Protocol) on stdin and stdout, for an agent
+that starts outboxd as its tool server. Every call acts in OUTBOX_NAMESPACE.
+
+Tools:
+  charge_card, send_email, create_ticket, call_webhook
+      record an intent of the effect charge, email, ticket or webhook; each
+      takes the effect's arguments and an optional idempotency_key, and
+      answers with the intent and "duplicate"
+  get_intent    read an intent, optionally waiting (wait_seconds, at most 60)
+                until it is terminal
+  list_intents  list intents, newest first
+
+A call without idempotency_key gets an automatic key over the tool and its
+arguments: identical calls within OUTBOX_AUTO_KEY_WINDOW of the first are one
+action (key_source "auto"). A call for an effect that is not enabled answers
+unknown_effect. Tool errors are results with isError set and the error's code.
+
+The tools only record and read intents: outboxd serve, on the same database,
+carries them out. Logs go to stderr; stdout carries only MCP.`,
+}
+
+func (a *app) mcp(ctx context.Context, args []string) error {
+	if _, err := a.parse(cmdMCP, newFlagSet(cmdMCP), args, 0, 0); err != nil {
+		return err
+	}
+	cfg, err := a.config(ctx)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, a.stderr)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	pool, err := connect(ctx, cfg, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := checkMigrations(ctx, cfg, pool, logger); err != nil {
+		return err
+	}
+	// The registry as serve would enable it, possibly empty: a tool for an
+	// effect that is not enabled then answers unknown_effect, rather than
+	// recording an intent nobody will carry out.
+	registry, err := newEffectRegistry(cfg, pool, logger)
+	if err != nil {
+		return err
+	}
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Logger: logger, Schema: cfg.Schema})
+	if err != nil {
+		return err
+	}
+	server, err := mcpserver.New(pool, client, &mcpserver.Config{
+		AutoKeyWindow: cfg.AutoKeyWindow,
+		Logger:        logger,
+		Namespace:     cfg.Namespace,
+		Version:       version(),
+	})
+	if err != nil {
+		return err
+	}
+
+	session, err := server.Connect(ctx, &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}, nil)
+	if err != nil {
+		return err
+	}
+	logger.InfoContext(ctx, "outboxd mcp serving on stdio", "namespace", cfg.Namespace, "effects", registry.Names())
+	ended := make(chan error, 1)
+	go func() { ended <- session.Wait() }()
+	select {
+	case err = <-ended:
+		// The client closed stdin: the normal end.
+	case <-ctx.Done():
+		session.Close() //nolint:errcheck // stopping anyway
+		<-ended
+		err = nil
+	}
+	logger.InfoContext(context.WithoutCancel(ctx), "outboxd mcp stopped")
+	return err
+}
+
+// nopWriteCloser is stdout for the MCP transport, which closes what it is
+// given: outboxd's stdout is not its to close.
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
