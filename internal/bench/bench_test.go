@@ -25,12 +25,14 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 //	TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
 //	    go test ./internal/bench -run '^$' -bench Compare -benchtime 1x
 //
-// BENCH_COUNT sets the units per run (default 10,000).
+// BENCH_COUNT sets the units per run (default 10,000), BENCH_WORKERS the
+// River workers per queue on both sides (default 50, OUTBOX_WORKERS's default).
 func BenchmarkCompare(b *testing.B) {
 	count, _ := strconv.Atoi(os.Getenv("BENCH_COUNT"))
+	workers, _ := strconv.Atoi(os.Getenv("BENCH_WORKERS"))
 	pool := testdb.Pool(b)
 	for b.Loop() {
-		c, err := Compare(context.Background(), pool, Kinds, &Config{Count: count})
+		c, err := Compare(context.Background(), pool, Kinds, &Config{Count: count, Workers: workers})
 		if err != nil {
 			b.Fatal(err)
 		}
