@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-dev/outbox/internal/dbutil"
 )
 
 // connect opens a pool on cfg's database and checks that it answers.
@@ -37,25 +39,9 @@ func connect(ctx context.Context, cfg *Config, maxConns int32) (*pgxpool.Pool, e
 	return pool, nil
 }
 
-// withTx runs fn in a transaction on pool and commits it when fn succeeds.
-func withTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) (T, error)) (T, error) {
-	var zero T
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return zero, fmt.Errorf("error beginning transaction: %w", err)
-	}
-	// Rolls back on every path but a successful commit, where it is a no-op;
-	// WithoutCancel, so that a cancelled ctx still releases the connection
-	// cleanly.
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	res, err := fn(tx)
-	if err != nil {
-		return zero, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return zero, fmt.Errorf("error committing transaction: %w", err)
-	}
-	return res, nil
+// withTx runs fn in a transaction on db and commits it when fn succeeds.
+func withTx[T any](ctx context.Context, db dbutil.Beginner, fn func(tx pgx.Tx) (T, error)) (T, error) {
+	return dbutil.WithTxV(ctx, db, fn)
 }
 
 // redacted replaces passwords in redactDatabaseURL's answers.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/autokey"
+	"github.com/outbox-dev/outbox/internal/dbutil"
 )
 
 // enqueueAuto enqueues a call that carries no idempotency key under its
@@ -71,25 +72,7 @@ func (s *server) autoKey(ctx context.Context, tx pgx.Tx, tool string, canonical 
 	return autokey.Key(tool, canonical, start), nil
 }
 
-// withTx runs fn in a transaction on pool and commits it when fn succeeds.
-func withTx[T any](ctx context.Context, pool interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}, fn func(tx pgx.Tx) (T, error)) (T, error) {
-	var zero T
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return zero, fmt.Errorf("error beginning transaction: %w", err)
-	}
-	// Rolls back on every path but a successful commit, where it is a no-op;
-	// WithoutCancel, so that a cancelled ctx still releases the connection
-	// cleanly.
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	res, err := fn(tx)
-	if err != nil {
-		return zero, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return zero, fmt.Errorf("error committing transaction: %w", err)
-	}
-	return res, nil
+// withTx runs fn in a transaction on db and commits it when fn succeeds.
+func withTx[T any](ctx context.Context, db dbutil.Beginner, fn func(tx pgx.Tx) (T, error)) (T, error) {
+	return dbutil.WithTxV(ctx, db, fn)
 }
