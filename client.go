@@ -177,14 +177,21 @@ func (c *Client) prepareSQL() {
 	// with SKIP LOCKED, so it cannot start an attempt meanwhile) and read
 	// in its newest committed state; after the cancel commits, an attempt
 	// that starts finds the intent cancelled and does nothing.
-	c.sqlCancel = `WITH job AS (
+	//
+	// The UPDATE also requires job_id to be the one the job check read: a
+	// drain that dispatched the intent while the UPDATE waited on its row
+	// lock has made a job this statement never checked, so it refuses.
+	c.sqlCancel = `WITH cur AS (
+			SELECT job_id FROM ` + table + ` WHERE namespace = $1 AND key = $2
+		), job AS (
 			SELECT j.state FROM ` + s + `.river_job j
-			WHERE j.id = (SELECT job_id FROM ` + table + ` WHERE namespace = $1 AND key = $2)
+			WHERE j.id = (SELECT job_id FROM cur)
 			FOR UPDATE
 		), upd AS (
 			UPDATE ` + table + `
 			SET state = 'cancelled', completed_at = now(), updated_at = now()
 			WHERE namespace = $1 AND key = $2 AND state = 'pending' AND NOT maybe_sent
+			  AND job_id IS NOT DISTINCT FROM (SELECT job_id FROM cur)
 			  AND NOT EXISTS (SELECT 1 FROM job WHERE job.state = 'running')
 			RETURNING ` + all + `
 		), notified AS (

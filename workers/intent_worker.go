@@ -206,7 +206,6 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 		return w.finish(ctx, c, "unknown_effect", finish{state: "failed",
 			err: errJSON("unknown_effect", fmt.Sprintf("effect %q is not enabled in this dispatcher", c.effect))}, nil)
 	}
-	lost := c.prevState == "running"
 	guarantee := effects.GuaranteeOf(effect, c.args)
 	reconciler, canLookup := effect.(effects.Reconciler)
 	if guarantee == effects.GuaranteeReconcilable && !canLookup {
@@ -214,6 +213,11 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 		// still answer reconcilable: without a look-up, assume the worst.
 		guarantee = effects.GuaranteeAtMostOnce
 	}
+	// An at-most-once intent whose earlier attempt may have reached the
+	// provider is never sent again, even when it comes back pending (its
+	// guarantee changed with the configuration, or a stale attempt marked
+	// it after an operator's retry).
+	lost := c.prevState == "running" || (c.maybeSent && guarantee == effects.GuaranteeAtMostOnce)
 
 	// An earlier attempt was the last one and died: decide without sending.
 	if job.Attempt > w.maxAttempts {

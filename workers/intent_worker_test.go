@@ -363,6 +363,17 @@ func TestIntentWorker(t *testing.T) {
 			require.Equal(t, 2, got.Attempts)
 		})
 
+		t.Run("AtMostOncePendingButMaybeSentUnknown", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, effects.GuaranteeAtMostOnce, nil)
+			intent := b.enqueue(t, "k")
+			_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+` SET maybe_sent = true`)
+			require.NoError(t, err)
+			require.NoError(t, b.work(intent, 1))
+			require.Equal(t, outbox.StateUnknown, b.get(t, "k").State)
+			require.Zero(t, b.effect.callCount())
+		})
+
 		t.Run("DeduplicatedRetries", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeDeduplicated, nil)
