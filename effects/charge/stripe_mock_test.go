@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,45 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects/charge"
+	"github.com/outbox-dev/outbox/internal/testtools"
 )
-
-// testTool finds a third-party server binary that scripts/install-test-tools.sh
-// installs: $envVar, else PATH, else $GOPATH/bin. Without it the test is
-// skipped, except under CI, where it must be there.
-func testTool(t *testing.T, name, envVar string) string {
-	t.Helper()
-	if p := os.Getenv(envVar); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		home, _ := os.UserHomeDir()
-		gopath = filepath.Join(home, "go")
-	}
-	if p := filepath.Join(gopath, "bin", name); fileExists(p) {
-		return p
-	}
-	msg := fmt.Sprintf("%s not found (set %s, or put it on PATH): run scripts/install-test-tools.sh", name, envVar)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
 
 // startStripeMock runs stripe-mock on loopback ports of its choosing and
 // returns its HTTP URL.
 func startStripeMock(t *testing.T) string {
 	t.Helper()
-	bin := testTool(t, "stripe-mock", "STRIPE_MOCK_BIN")
+	bin := testtools.Find(t, "stripe-mock", "STRIPE_MOCK_BIN")
 	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)

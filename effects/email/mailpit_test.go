@@ -27,39 +27,8 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/email"
+	"github.com/outbox-dev/outbox/internal/testtools"
 )
-
-// testTool finds a third-party server binary that scripts/install-test-tools.sh
-// installs: $envVar, else PATH, else $GOPATH/bin. Without it the test is
-// skipped, except under CI, where it must be there.
-func testTool(t *testing.T, name, envVar string) string {
-	t.Helper()
-	if p := os.Getenv(envVar); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		home, _ := os.UserHomeDir()
-		gopath = filepath.Join(home, "go")
-	}
-	if p := filepath.Join(gopath, "bin", name); fileExists(p) {
-		return p
-	}
-	msg := fmt.Sprintf("%s not found (set %s, or put it on PATH): run scripts/install-test-tools.sh", name, envVar)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -111,7 +80,7 @@ type mailpit struct {
 // startMailpit runs mailpit with extra flags on free loopback ports.
 func startMailpit(t *testing.T, extra ...string) *mailpit {
 	t.Helper()
-	bin := testTool(t, "mailpit", "MAILPIT_BIN")
+	bin := testtools.Find(t, "mailpit", "MAILPIT_BIN")
 	// A free port can be taken between the check and mailpit's listen:
 	// try again with others.
 	for try := 0; ; try++ {
