@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/sandbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // faultCase is one intent meeting one provider fault.

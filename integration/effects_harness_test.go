@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/sandbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // providerEnv is an outboxd environment whose four provider effects (charge,

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/sandbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // SPEC 13.4 for each provider effect: outboxd serve is killed with SIGKILL

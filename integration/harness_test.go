@@ -19,9 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 func TestMain(m *testing.M) {

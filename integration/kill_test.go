@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // SPEC 13.4 with the noop effect: outboxd serve is killed with SIGKILL while

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // SPEC 13.8: PostgreSQL restarted, then every backend of the dispatcher

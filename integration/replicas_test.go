@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // SPEC 13.10: three serve replicas share one database while one of them, at

@@ -17,9 +17,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
 

@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/autokey"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -25,11 +25,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
 

@@ -10,11 +10,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

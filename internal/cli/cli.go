@@ -12,7 +12,7 @@ import (
 
 	"github.com/sethvargo/go-envconfig"
 
-	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // Exit codes.

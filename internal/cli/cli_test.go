@@ -14,10 +14,10 @@ import (
 	"github.com/sethvargo/go-envconfig"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/cli"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 type testBundle struct {

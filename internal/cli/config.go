@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sethvargo/go-envconfig"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/effects/webhook"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // Config is outboxd's configuration, read from the environment (SPEC section

@@ -24,12 +24,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 var cmdDemo = &command{

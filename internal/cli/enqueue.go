@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 var cmdEnqueue = &command{

@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // TestServeLogsRedacted runs emails that succeed, are refused, and lose their

@@ -9,8 +9,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 var cmdMCP = &command{

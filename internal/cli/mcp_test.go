@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // TestMCPStdio drives the real outboxd binary's mcp command over stdio with

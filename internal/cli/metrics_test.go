@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/cli"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // apiCall sends one request to serve's HTTP API and returns its status and

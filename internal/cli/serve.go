@@ -14,10 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 var cmdServe = &command{

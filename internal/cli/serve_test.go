@@ -16,9 +16,9 @@ import (
 	"github.com/sethvargo/go-envconfig"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/cli"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // logWriter collects a serve's JSON logs and reports the address of its

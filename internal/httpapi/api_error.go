@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // apiError is an answer other than the intent: a status and the error body's

@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // FuzzValidateKey checks the key validator against the SPEC's definition,

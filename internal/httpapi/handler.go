@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // enqueueRequest is POST /v1/intents' body.

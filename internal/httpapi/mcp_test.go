@@ -9,8 +9,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // bearer adds a bearer token to every request.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/autokey"
 	"github.com/outbox-dev/outbox/internal/dbutil"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // enqueueAuto enqueues a call that carries no idempotency key under its

@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // EffectTool is a mutating MCP tool: a call records an intent of Effect,

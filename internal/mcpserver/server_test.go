@@ -14,13 +14,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/autokey"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 type testBundle struct {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/outbox-dev/outbox"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // CodeInternal is the code of a tool error that is not the caller's: the

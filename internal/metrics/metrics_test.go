@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/internal/metrics"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 type testBundle struct {
