@@ -15,7 +15,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
-	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -29,7 +29,7 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	var list []effects.Effect
 	for name, g := range map[string]effects.Guarantee{
 		"noop": effects.GuaranteeDeduplicated, "noop_reconcilable": effects.GuaranteeReconcilable, "noop_at_most_once": effects.GuaranteeAtMostOnce,
@@ -210,7 +210,7 @@ func TestDispatcher(t *testing.T) {
 		require.Equal(t, n, count)
 	})
 
-	// SPEC 13.9: a River UI or JobRetry retry of a completed job runs the job
+	// a River UI or JobRetry retry of a completed job runs the job
 	// again, and it does nothing.
 	t.Run("RetryOfCompletedJobHasNoSecondEffect", func(t *testing.T) {
 		t.Parallel()

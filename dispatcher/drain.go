@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/workers"
 )
 
@@ -24,10 +24,8 @@ type drainer struct {
 	maxAttempts  int
 	pollInterval time.Duration
 	pool         *pgxpool.Pool
+	queries      *intentdb.Queries
 	river        *river.Client[pgx.Tx]
-	schema       string
-
-	sqlSelect, sqlMark, sqlInvalid string
 
 	// beforeCommitFunc, when set by tests, runs inside the drain transaction
 	// after the jobs were inserted and the intents marked, before commit.
@@ -35,8 +33,6 @@ type drainer struct {
 }
 
 func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config, maxAttempts int) *drainer {
-	table := pgx.Identifier{config.Schema, "outbox_intent"}.Sanitize()
-	channel := strings.ReplaceAll(config.Schema+".intent_changed", "'", "''")
 	return &drainer{
 		batchSize:    config.DrainBatchSize,
 		effects:      config.Effects,
@@ -44,35 +40,8 @@ func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config
 		maxAttempts:  maxAttempts,
 		pollInterval: config.DrainPollInterval,
 		pool:         pool,
+		queries:      intentdb.New(config.Schema),
 		river:        client,
-		schema:       config.Schema,
-		// The partial index outbox_intent_undispatched holds exactly these
-		// rows, in id order, so this reads only what it returns. SKIP LOCKED
-		// lets another drain take the next batch instead of waiting.
-		sqlSelect: `SELECT id, effect, args FROM ` + table + `
-			WHERE job_id IS NULL AND state = 'pending'
-			ORDER BY id
-			LIMIT $1
-			FOR UPDATE SKIP LOCKED`,
-		// Dispatching is not a state change (the intent stays pending), so
-		// updated_at is left alone and no notification fires.
-		sqlMark: `UPDATE ` + table + ` t SET job_id = u.job_id
-			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id)
-			WHERE t.id = u.id`,
-		// Intents that reached the table without the library's validation
-		// (raw SQL) and fail it end here, without any provider call.
-		sqlInvalid: `WITH upd AS (
-				UPDATE ` + table + ` t
-				SET state = 'failed', error = u.error, completed_at = now(), updated_at = now()
-				FROM unnest($1::bigint[], $2::jsonb[]) AS u(id, error)
-				WHERE t.id = u.id
-				RETURNING t.id
-			), notified AS (
-				SELECT pg_notify('` + channel + `', 'failed ' || string_agg(id::text, ','))
-				FROM (SELECT id, (row_number() OVER ()) / 300 AS chunk FROM upd) c
-				GROUP BY chunk
-			)
-			SELECT count(*) FROM notified`,
 	}
 }
 
@@ -84,49 +53,38 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	rows, err := tx.Query(ctx, d.sqlSelect, d.batchSize)
+	// The selected intents stay locked until this transaction commits
+	// their jobs and marks, so no other drain can dispatch them twice.
+	batch, err := d.queries.SelectUndispatched(ctx, tx, d.batchSize)
 	if err != nil {
 		return 0, fmt.Errorf("error selecting intents to dispatch: %w", err)
 	}
-	var (
-		ids      []int64
-		params   []river.InsertManyParams
-		badIDs   []int64
-		badErrs  []string
-		n        int
-		maxTries = d.maxAttempts
-	)
-	for rows.Next() {
-		var id int64
-		var effectName string
-		var args json.RawMessage
-		if err := rows.Scan(&id, &effectName, &args); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("error reading intents to dispatch: %w", err)
-		}
-		n++
-		effect, ok := d.effects.Get(effectName)
-		if !ok {
-			badIDs = append(badIDs, id)
-			badErrs = append(badErrs, errorJSON("unknown_effect", fmt.Sprintf("effect %q is not enabled", effectName)))
-			continue
-		}
-		if err := effect.ValidateArgs(args); err != nil {
-			badIDs = append(badIDs, id)
-			badErrs = append(badErrs, errorJSON("invalid_args", err.Error()))
-			continue
-		}
-		ids = append(ids, id)
-		params = append(params, river.InsertManyParams{
-			Args:       workers.IntentArgs{IntentID: id},
-			InsertOpts: &river.InsertOpts{Queue: effectName, MaxAttempts: maxTries},
-		})
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("error reading intents to dispatch: %w", err)
-	}
-	if n == 0 {
+	if len(batch) == 0 {
 		return 0, nil
+	}
+	var (
+		ids     []int64
+		params  []river.InsertManyParams
+		badIDs  []int64
+		badErrs []json.RawMessage
+	)
+	for _, u := range batch {
+		effect, ok := d.effects.Get(u.Effect)
+		if !ok {
+			badIDs = append(badIDs, u.ID)
+			badErrs = append(badErrs, intentdb.ErrorJSON("unknown_effect", fmt.Sprintf("effect %q is not enabled", u.Effect)))
+			continue
+		}
+		if err := effect.ValidateArgs(u.Args); err != nil {
+			badIDs = append(badIDs, u.ID)
+			badErrs = append(badErrs, intentdb.ErrorJSON("invalid_args", err.Error()))
+			continue
+		}
+		ids = append(ids, u.ID)
+		params = append(params, river.InsertManyParams{
+			Args:       workers.IntentArgs{IntentID: u.ID},
+			InsertOpts: &river.InsertOpts{Queue: u.Effect, MaxAttempts: d.maxAttempts},
+		})
 	}
 
 	if len(params) > 0 {
@@ -150,12 +108,12 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 			}
 			jobIDs[i] = r.Job.ID
 		}
-		if _, err := tx.Exec(ctx, d.sqlMark, ids, jobIDs); err != nil {
+		if err := d.queries.MarkDispatched(ctx, tx, ids, jobIDs); err != nil {
 			return 0, fmt.Errorf("error marking intents dispatched: %w", err)
 		}
 	}
 	if len(badIDs) > 0 {
-		if _, err := tx.Exec(ctx, d.sqlInvalid, badIDs, badErrs); err != nil {
+		if err := d.queries.FailInvalid(ctx, tx, badIDs, badErrs); err != nil {
 			return 0, fmt.Errorf("error failing invalid intents: %w", err)
 		}
 		d.logger.WarnContext(ctx, "intents failed validation at dispatch", slog.Int("count", len(badIDs)))
@@ -168,7 +126,7 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("error committing drain: %w", err)
 	}
-	return n, nil
+	return len(batch), nil
 }
 
 // drainAll drains until a batch comes back short.
@@ -221,7 +179,7 @@ func (d *drainer) run(ctx context.Context) {
 		}
 		// While intents keep coming, poll every few milliseconds instead of
 		// waiting to be woken: a session notifies at most once per
-		// enqueueNotifyWindow (see outbox_enqueue_try), so an enqueue
+		// intentdb.NotifyWindow (see outbox_enqueue_try), so an enqueue
 		// shortly after its session's last notification brings none. Its
 		// session's previous notification woke a drain that found work;
 		// polling for longer than the window after that catches it. This
@@ -236,59 +194,29 @@ func (d *drainer) run(ctx context.Context) {
 }
 
 const (
-	// enqueueNotifyWindow is how long a session stays quiet after notifying
-	// the drain; it is written into outbox_enqueue_try.
-	enqueueNotifyWindow = time.Second
 	// busyTail is how long the drain keeps polling after finding work:
 	// longer than the window, plus room for the commit that follows the
 	// decision not to notify.
-	busyTail = 3 * enqueueNotifyWindow
+	busyTail = 3 * intentdb.NotifyWindow
 	// busyPollInterval is the drain's poll while busy. A poll that finds
 	// nothing reads one page of a tiny partial index.
 	busyPollInterval = 5 * time.Millisecond
 )
 
-// listen holds a LISTEN connection and turns notifications into wake-ups.
+// listen turns the enqueues' notifications into wake-ups until ctx ends.
 // Wake-ups are coalesced in a channel of one: any number of enqueues during a
-// drain cause exactly one more drain. A broken connection (Postgres restarted,
-// backend terminated) is replaced; the poll covers the gap.
+// drain cause exactly one more drain. A broken connection is replaced, and
+// the poll covers the gap.
 func (d *drainer) listen(ctx context.Context, wake chan<- struct{}) {
-	channel := pgx.Identifier{d.schema + ".intent_pending"}.Sanitize()
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := func() error {
-			pooled, err := d.pool.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			// A LISTENing connection must never go back to the pool.
-			conn := pooled.Hijack()
-			defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
-			if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-				return err
-			}
-			backoff = 100 * time.Millisecond
-			// Anything committed before LISTEN took effect is found by this
-			// wake-up's drain.
-			signal(wake)
-			for {
-				if _, err := conn.WaitForNotification(ctx); err != nil {
-					return err
-				}
-				signal(wake)
-			}
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		d.logger.WarnContext(ctx, "drain listener lost its connection, reconnecting", slog.String("error", err.Error()))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+	intentdb.Listen(ctx, d.pool, &intentdb.ListenerConfig{
+		Channel: intentdb.ChannelPending(d.queries.Schema()),
+		// Anything committed before LISTEN took effect is found by this
+		// wake-up's drain.
+		ListeningFunc: func() { signal(wake) },
+		Logger:        d.logger,
+		Name:          "drain",
+		NotifyFunc:    func(string) { signal(wake) },
+	})
 }
 
 func signal(c chan<- struct{}) {
@@ -296,12 +224,4 @@ func signal(c chan<- struct{}) {
 	case c <- struct{}{}:
 	default:
 	}
-}
-
-func errorJSON(code, message string) string {
-	b, _ := json.Marshal(struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}{code, message})
-	return string(b)
 }

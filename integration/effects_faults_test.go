@@ -50,7 +50,7 @@ func runFaultCases(t *testing.T, p *providerEnv, cases []faultCase) {
 	}
 }
 
-// SPEC 13 items 5 and 7 for each provider effect, against the sandbox, with
+// The seed failure and the provider faults (README, "Reliability") for each provider effect, against the sandbox, with
 // a real outboxd serve: 429 and 503 before processing are retried; 5xx,
 // resets and slow answers after processing end per guarantee: deduplicated
 // (charge, webhook to a deduplicating endpoint) retries with the same key
@@ -99,7 +99,7 @@ func TestEffectsWebhookAtMostOnce(t *testing.T) {
 	})
 }
 
-// SPEC 13.5, the seed failure, and the decline of 13.7, with a real outboxd
+// The seed failure, and a declined card, with a real outboxd
 // serve: the Stripe-like stand-in records the charge and answers after the
 // client's timeout; River retries with the same Idempotency-Key, the stand-in
 // replays its answer, and counts one charge, whose PaymentIntent the intent

@@ -11,7 +11,7 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// SPEC 13.4 for each provider effect: outboxd serve is killed with SIGKILL
+// For each provider effect: outboxd serve is killed with SIGKILL
 // while its attempts hang at the provider right before, or right after, the
 // provider performed the effect; a new process takes over, and effects are
 // counted at the stand-ins. deduplicated (charge, webhook to a deduplicating

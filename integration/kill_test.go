@@ -11,7 +11,7 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// SPEC 13.4 with the noop effect: outboxd serve is killed with SIGKILL while
+// With the noop effect: outboxd serve is killed with SIGKILL while
 // an attempt hangs right before, or right after, the effect is recorded; a new
 // process takes over, and effects are counted where the "provider" recorded
 // them.

@@ -18,7 +18,7 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// SPEC 13.8: PostgreSQL restarted, then every backend of the dispatcher
+// PostgreSQL restarted, then every backend of the dispatcher
 // terminated, while intents keep coming: nothing lost, nothing duplicated,
 // and the same outboxd process recovers without a restart. The test runs on
 // a cluster of its own, because it restarts it.

@@ -12,7 +12,7 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// SPEC 13.10: three serve replicas share one database while one of them, at
+// three serve replicas share one database while one of them, at
 // random, is killed with SIGKILL and restarted every couple of seconds. The
 // effect is reconcilable and its stand-in does not dedupe, so an intent
 // executed twice would show as two effects.

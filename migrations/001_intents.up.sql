@@ -115,7 +115,7 @@ BEGIN
             -- milliseconds for longer than that window (see package
             -- dispatcher), and a slow poll covers the rest.
             v_last := current_setting('{{guc_notified}}', true);
-            IF v_last IS NULL OR v_last = '' OR clock_timestamp() - v_last::timestamptz >= interval '1 second' THEN
+            IF v_last IS NULL OR v_last = '' OR clock_timestamp() - v_last::timestamptz >= interval '{{notify_window}}' THEN
                 PERFORM pg_notify('{{channel_pending}}', '');
                 PERFORM set_config('{{guc_notified}}', clock_timestamp()::text, false);
             END IF;

@@ -12,12 +12,13 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
 //go:embed *.sql
@@ -79,26 +80,6 @@ func All() []Migration {
 func Latest() int {
 	all := All()
 	return all[len(all)-1].Version
-}
-
-// ChannelPending is the notification channel on which every enqueue that
-// creates an intent in schema wakes the dispatcher's drain.
-func ChannelPending(schema string) string { return schema + ".intent_pending" }
-
-// ChannelChanged is the notification channel that carries every intent state
-// change in schema. A payload is "<state> <id>[,<id>...]": one notification
-// covers every intent of a batch that moved to that state.
-func ChannelChanged(schema string) string { return schema + ".intent_changed" }
-
-// render fills a migration's placeholders for schema.
-func render(sql, schema string) string {
-	literal := func(s string) string { return strings.ReplaceAll(s, "'", "''") }
-	return strings.NewReplacer(
-		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
-		"{{channel_pending}}", literal(ChannelPending(schema)),
-		"{{channel_changed}}", literal(ChannelChanged(schema)),
-		"{{guc_notified}}", "outbox.notified_"+schema,
-	).Replace(sql)
 }
 
 // Migrator applies River's migrations and then outbox's in one schema.
@@ -165,7 +146,13 @@ func (s *Status) UpToDate() bool {
 // adds an enum value, which Postgres refuses to use in the transaction that
 // added it), on other connections, still under the lock. If the process dies,
 // its session ends and the lock is released.
-func (m *Migrator) withLock(ctx context.Context, fn func(tx pgx.Tx) error) error {
+//
+// With createSchema, the schema is created on the lock's connection before
+// the transaction begins, and so is committed before fn runs. A connection
+// that looked the schema up while it was missing caches that answer, and a
+// transaction begun before the schema existed keeps it: CREATE TABLE in the
+// schema would then fail with "schema does not exist".
+func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(tx pgx.Tx) error) error {
 	conn, err := m.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("error acquiring migration connection: %w", err)
@@ -179,6 +166,13 @@ func (m *Migrator) withLock(ctx context.Context, fn func(tx pgx.Tx) error) error
 		return fmt.Errorf("error taking migration lock: %w", err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID) //nolint:errcheck // released with the session anyway
+
+	if createSchema {
+		// Under the lock, so two migrators never race to create it.
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{m.schema}.Sanitize()); err != nil {
+			return fmt.Errorf("error creating schema: %w", err)
+		}
+	}
 
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -229,12 +223,9 @@ func (m *Migrator) current(ctx context.Context, q interface {
 // dispatcher inserts into River's tables, then outbox's.
 func (m *Migrator) Up(ctx context.Context) (*Result, error) {
 	res := &Result{}
-	err := m.withLock(ctx, func(tx pgx.Tx) error {
-		// The schema must exist, and be committed, before River migrates
-		// into it on its own connections.
-		if _, err := m.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{m.schema}.Sanitize()); err != nil {
-			return fmt.Errorf("error creating schema: %w", err)
-		}
+	// The schema must exist, and be committed, before River migrates into it
+	// on its own connections and before outbox's transaction begins.
+	err := m.withLock(ctx, true, func(tx pgx.Tx) error {
 		riverRes, err := m.river.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		if err != nil {
 			return fmt.Errorf("error applying River migrations: %w", err)
@@ -253,7 +244,7 @@ func (m *Migrator) Up(ctx context.Context) (*Result, error) {
 			if mig.Version <= current {
 				continue
 			}
-			if _, err := tx.Exec(ctx, render(mig.up, m.schema)); err != nil {
+			if _, err := tx.Exec(ctx, intentdb.Render(mig.up, m.schema)); err != nil {
 				return fmt.Errorf("error applying migration %03d_%s: %w", mig.Version, mig.Name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()+` (version, name) VALUES ($1, $2)`, mig.Version, mig.Name); err != nil {
@@ -283,7 +274,7 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*Result, error) {
 		opts = &DownOpts{}
 	}
 	res := &Result{}
-	err := m.withLock(ctx, func(tx pgx.Tx) error {
+	err := m.withLock(ctx, false, func(tx pgx.Tx) error {
 		current, err := m.current(ctx, tx)
 		if err != nil {
 			return err
@@ -294,7 +285,7 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*Result, error) {
 			if mig.Version > current {
 				continue
 			}
-			if _, err := tx.Exec(ctx, render(mig.down, m.schema)); err != nil {
+			if _, err := tx.Exec(ctx, intentdb.Render(mig.down, m.schema)); err != nil {
 				return fmt.Errorf("error reverting migration %03d_%s: %w", mig.Version, mig.Name, err)
 			}
 			if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()+` WHERE version = $1`, mig.Version); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
 // SchemaDefault is the schema holding outbox's and River's tables.
@@ -73,11 +74,8 @@ type Client struct {
 	observer func(effect string, outcome EnqueueOutcome)
 	logger   *slog.Logger
 	pool     *pgxpool.Pool
+	queries  *intentdb.Queries
 	schema   string
-
-	// SQL, rendered once for the schema.
-	sqlEnqueue, sqlEnqueueRetry, sqlEnqueueMany, sqlGet, sqlGetByID, sqlList, sqlCancel, sqlResolve string
-	channelChanged                                                                                  string
 }
 
 // NewClient returns a client. pool serves reads, waits and operator actions;
@@ -102,129 +100,13 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if c.schema == "" {
 		c.schema = SchemaDefault
 	}
-	c.prepareSQL()
+	c.queries = intentdb.New(c.schema)
 	c.notifier = newNotifier(c)
 	return c, nil
 }
 
 // Schema returns the client's schema.
 func (c *Client) Schema() string { return c.schema }
-
-func quoteLiteral(s string) string { return strings.ReplaceAll(s, "'", "''") }
-
-func prefixed(prefix string) string {
-	cols := make([]string, len(intentColumns))
-	for i, col := range intentColumns {
-		cols[i] = prefix + col
-	}
-	return strings.Join(cols, ", ")
-}
-
-func (c *Client) prepareSQL() {
-	s := pgx.Identifier{c.schema}.Sanitize()
-	table := s + ".outbox_intent"
-	all := prefixed("")
-	c.channelChanged = c.schema + ".intent_changed"
-
-	// The enqueue is one statement. Its usual case, a new key or a key
-	// recorded long ago, is this plain statement. It does what the SQL
-	// function outbox_enqueue_try does, without a plpgsql call (a third of
-	// the cost of an enqueue). It returns no row in one race only: a
-	// concurrent enqueue of the same key committed while the INSERT waited
-	// for it, after this statement's snapshot was taken, so the SELECT
-	// cannot see that row. EnqueueTx then calls outbox_enqueue_try
-	// (sqlEnqueueRetry), whose statements take fresh snapshots.
-	//
-	// The notification wakes the dispatcher's drain; like the function, a
-	// session notifies at most once a second, because a notifying commit
-	// holds a database-wide lock until it is durable (see the migration).
-	guc := "outbox.notified_" + c.schema
-	c.sqlEnqueue = `WITH ins AS (
-			INSERT INTO ` + table + ` (namespace, key, effect, args, provider_key, requested_by, key_source)
-			VALUES ($1, $2, $3, $4, ` + s + `.outbox_provider_key($1, $2), $5, $6)
-			ON CONFLICT (namespace, key) DO NOTHING
-			RETURNING ` + all + `
-		), notified AS (
-			SELECT pg_notify('` + quoteLiteral(c.schema+".intent_pending") + `', ''),
-			       set_config('` + guc + `', clock_timestamp()::text, false)
-			FROM ins
-			WHERE coalesce(nullif(current_setting('` + guc + `', true), ''), '-infinity')::timestamptz
-			      <= clock_timestamp() - interval '1 second'
-		)
-		SELECT ` + all + `, false, false FROM ins, (SELECT count(*) FROM notified) n
-		UNION ALL
-		SELECT ` + all + `, true, NOT (effect = $3 AND args = $4::jsonb) FROM ` + table + `
-		WHERE namespace = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`
-	c.sqlEnqueueRetry = `SELECT ` + prefixed("(r.intent).") + `, r.duplicate, r.conflict
-		FROM ` + s + `.outbox_enqueue_try($1, $2, $3, $4, $5, $6) r`
-	c.sqlEnqueueMany = `SELECT ` + prefixed("(r.intent).") + `, r.duplicate, r.conflict, r.ord
-		FROM ` + s + `.outbox_enqueue_many($1, $2, $3, $4, $5, $6) r`
-	c.sqlGet = `SELECT ` + all + ` FROM ` + table + ` WHERE namespace = $1 AND key = $2`
-	c.sqlGetByID = `SELECT ` + all + ` FROM ` + table + ` WHERE id = $1`
-	c.sqlList = `SELECT ` + all + ` FROM ` + table + `
-		WHERE namespace = $1
-		  AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
-		  AND ($3::text = '' OR effect = $3::text)
-		  AND ($4::bigint = 0 OR id < $4::bigint)
-		ORDER BY id DESC
-		LIMIT $5`
-	// Cancelling is allowed only while no attempt can be in flight, and
-	// none that ran may have reached the provider (a pending intent after an
-	// ambiguous attempt of a deduplicated effect may already have acted).
-	// A deduplicated effect is not claimed before its call, so "in flight"
-	// is read from its River job: running means an attempt may be calling
-	// the provider right now. The job row is locked first (River fetches
-	// with SKIP LOCKED, so it cannot start an attempt meanwhile) and read
-	// in its newest committed state; after the cancel commits, an attempt
-	// that starts finds the intent cancelled and does nothing.
-	//
-	// The UPDATE also requires job_id to be the one the job check read: a
-	// drain that dispatched the intent while the UPDATE waited on its row
-	// lock has made a job this statement never checked, so it refuses.
-	c.sqlCancel = `WITH cur AS (
-			SELECT job_id FROM ` + table + ` WHERE namespace = $1 AND key = $2
-		), job AS (
-			SELECT j.state FROM ` + s + `.river_job j
-			WHERE j.id = (SELECT job_id FROM cur)
-			FOR UPDATE
-		), upd AS (
-			UPDATE ` + table + `
-			SET state = 'cancelled', completed_at = now(), updated_at = now()
-			WHERE namespace = $1 AND key = $2 AND state = 'pending' AND NOT maybe_sent
-			  AND job_id IS NOT DISTINCT FROM (SELECT job_id FROM cur)
-			  AND NOT EXISTS (SELECT 1 FROM job WHERE job.state = 'running')
-			RETURNING ` + all + `
-		), notified AS (
-			SELECT pg_notify('` + strings.ReplaceAll(c.channelChanged, "'", "''") + `', 'cancelled ' || id::text) FROM upd
-		)
-		SELECT ` + all + ` FROM upd, (SELECT count(*) FROM notified) n`
-	// Resolving moves an unknown intent on. "retry" sends it again knowingly:
-	// back to pending with no job, so the dispatcher gives it a fresh River
-	// job, and maybe_sent cleared, because the operator has taken that risk
-	// (otherwise a deduplicated intent past its window would turn unknown
-	// again at once). The attempt number is kept: it is the fencing token and
-	// must only grow.
-	c.sqlResolve = `WITH upd AS (
-			UPDATE ` + table + `
-			SET state = $3,
-			    result = CASE WHEN $3 = 'succeeded' THEN jsonb_build_object('resolved_by', 'operator', 'note', $4::text) ELSE result END,
-			    error = CASE WHEN $3 = 'failed' THEN jsonb_build_object('code', 'resolved_failed', 'message', $4::text)
-			                 WHEN $3 = 'pending' THEN NULL ELSE error END,
-			    completed_at = CASE WHEN $3 = 'pending' THEN NULL ELSE now() END,
-			    job_id = CASE WHEN $3 = 'pending' THEN NULL ELSE job_id END,
-			    job_attempt = CASE WHEN $3 = 'pending' THEN 0 ELSE job_attempt END,
-			    maybe_sent = CASE WHEN $3 = 'pending' THEN false ELSE maybe_sent END,
-			    lease_expires_at = NULL,
-			    updated_at = now()
-			WHERE namespace = $1 AND key = $2 AND state = 'unknown'
-			RETURNING ` + all + `
-		), notified AS (
-			SELECT pg_notify('` + strings.ReplaceAll(c.channelChanged, "'", "''") + `', state || ' ' || id::text) FROM upd
-		), pending AS (
-			SELECT pg_notify('` + strings.ReplaceAll(c.schema+".intent_pending", "'", "''") + `', '') FROM upd WHERE state = 'pending'
-		)
-		SELECT ` + all + ` FROM upd, (SELECT count(*) FROM notified) n, (SELECT count(*) FROM pending) p`
-}
 
 // EnqueueParams describes one intent to enqueue.
 type EnqueueParams struct {
@@ -252,30 +134,23 @@ type EnqueueResult struct {
 	Intent *Intent
 }
 
-// prepared is an EnqueueParams checked and normalised for the database.
-type prepared struct {
-	args        []byte
-	effect      string
-	key         string
-	keySource   string
-	namespace   string
-	requestedBy *string
-}
-
-func (c *Client) prepare(p *EnqueueParams) (*prepared, error) {
+// prepare checks and normalises p for the database. Every check that the
+// database would otherwise make is made here: a refusal there would abort
+// the caller's transaction.
+func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 	if p == nil {
 		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
 	}
-	out := &prepared{
-		effect:    p.Effect,
-		key:       p.Key,
-		keySource: string(p.KeySource),
-		namespace: p.Namespace,
+	out := &intentdb.EnqueueRow{
+		Effect:    p.Effect,
+		Key:       p.Key,
+		KeySource: string(p.KeySource),
+		Namespace: p.Namespace,
 	}
-	if out.namespace == "" {
-		out.namespace = NamespaceDefault
+	if out.Namespace == "" {
+		out.Namespace = NamespaceDefault
 	}
-	if err := ValidateNamespace(out.namespace); err != nil {
+	if err := ValidateNamespace(out.Namespace); err != nil {
 		return nil, err
 	}
 	if err := ValidateKey(p.Key); err != nil {
@@ -283,7 +158,7 @@ func (c *Client) prepare(p *EnqueueParams) (*prepared, error) {
 	}
 	switch p.KeySource {
 	case "":
-		out.keySource = string(KeySourceExplicit)
+		out.KeySource = string(KeySourceExplicit)
 	case KeySourceExplicit, KeySourceAuto:
 	default:
 		return nil, &Error{Code: CodeInvalidArgs, Field: "key_source", Message: "must be explicit or auto"}
@@ -293,7 +168,7 @@ func (c *Client) prepare(p *EnqueueParams) (*prepared, error) {
 	}
 	if p.RequestedBy != "" {
 		rb := p.RequestedBy
-		out.requestedBy = &rb
+		out.RequestedBy = &rb
 	}
 
 	effect, known := c.effects.Get(p.Effect)
@@ -313,7 +188,7 @@ func (c *Client) prepare(p *EnqueueParams) (*prepared, error) {
 			return nil, argsError(err)
 		}
 	}
-	out.args = args
+	out.Args = args
 	return out, nil
 }
 
@@ -483,21 +358,15 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 	if err != nil {
 		return nil, err
 	}
-	var duplicate, conflict bool
-	args := []any{p.namespace, p.key, p.effect, string(p.args), p.requestedBy, p.keySource}
-	intent, err := scanIntent(tx.QueryRow(ctx, c.sqlEnqueue, args...), &duplicate, &conflict)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Lost the race described at sqlEnqueue: nothing was written.
-		intent, err = scanIntent(tx.QueryRow(ctx, c.sqlEnqueueRetry, args...), &duplicate, &conflict)
-	}
+	res, err := c.queries.Enqueue(ctx, tx, p)
 	if err != nil {
 		return nil, c.dbError("error enqueueing intent", err)
 	}
-	c.observe(p.effect, duplicate, conflict)
-	if conflict {
-		return nil, &KeyReusedError{Existing: intent}
+	c.observe(p.Effect, res.Duplicate, res.Conflict)
+	if res.Conflict {
+		return nil, &KeyReusedError{Existing: intentFromRow(res.Row)}
 	}
-	return &EnqueueResult{Duplicate: duplicate, Intent: intent}, nil
+	return &EnqueueResult{Duplicate: res.Duplicate, Intent: intentFromRow(res.Row)}, nil
 }
 
 func (c *Client) observe(effect string, duplicate, conflict bool) {
@@ -523,14 +392,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*Enque
 	if len(params) == 0 {
 		return nil, nil
 	}
-	var (
-		namespaces   = make([]string, len(params))
-		keys         = make([]string, len(params))
-		effectNames  = make([]string, len(params))
-		args         = make([]string, len(params))
-		requestedBys = make([]*string, len(params))
-		keySources   = make([]string, len(params))
-	)
+	rows := make([]*intentdb.EnqueueRow, len(params))
 	for i, params := range params {
 		p, err := c.prepare(params)
 		if err != nil {
@@ -540,31 +402,29 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*Enque
 			}
 			return nil, err
 		}
-		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i] =
-			p.namespace, p.key, p.effect, string(p.args), p.requestedBy, p.keySource
+		rows[i] = p
 	}
-
-	rows, err := tx.Query(ctx, c.sqlEnqueueMany, namespaces, keys, effectNames, args, requestedBys, keySources)
+	found, err := c.queries.EnqueueMany(ctx, tx, rows)
 	if err != nil {
 		return nil, c.dbError("error enqueueing intents", err)
 	}
-	defer rows.Close()
-	results := make([]*EnqueueResult, len(params))
-	for rows.Next() {
-		var duplicate, conflict bool
-		var ord int
-		intent, err := scanIntent(rows, &duplicate, &conflict, &ord)
-		if err != nil {
-			return nil, c.dbError("error enqueueing intents", err)
+	// On a conflict the function answers with the conflicting intent only,
+	// having written nothing.
+	results := make([]*EnqueueResult, len(found))
+	for i, res := range found {
+		if res == nil {
+			continue
 		}
-		c.observe(intent.Effect, duplicate, conflict)
-		if conflict {
-			return nil, &KeyReusedError{Existing: intent}
+		c.observe(res.Row.Effect, res.Duplicate, res.Conflict)
+		if res.Conflict {
+			return nil, &KeyReusedError{Existing: intentFromRow(res.Row)}
 		}
-		results[ord] = &EnqueueResult{Duplicate: duplicate, Intent: intent}
+		results[i] = &EnqueueResult{Duplicate: res.Duplicate, Intent: intentFromRow(res.Row)}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, c.dbError("error enqueueing intents", err)
+	for i, res := range results {
+		if res == nil {
+			return nil, fmt.Errorf("error enqueueing intents: no answer for intent %d", i)
+		}
 	}
 	return results, nil
 }

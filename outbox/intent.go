@@ -3,6 +3,8 @@ package outbox
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
 // State is an intent's state.
@@ -102,24 +104,26 @@ type Intent struct {
 	MaybeSent bool `json:"-"`
 }
 
-// intentColumns lists the columns scanned by scanIntent, in its order.
-var intentColumns = []string{
-	"id", "namespace", "key", "effect", "args", "state", "attempt", "result", "error",
-	"provider_key", "requested_by", "key_source", "created_at", "updated_at", "completed_at",
-	"job_id", "lease_expires_at", "maybe_sent",
-}
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanIntent(row scanner, extra ...any) (*Intent, error) {
-	var i Intent
-	dest := []any{
-		&i.ID, &i.Namespace, &i.Key, &i.Effect, &i.Args, &i.State, &i.Attempts, &i.Result, &i.Error,
-		&i.ProviderKey, &i.RequestedBy, &i.KeySource, &i.CreatedAt, &i.UpdatedAt, &i.CompletedAt,
-		&i.JobID, &i.LeaseExpiresAt, &i.MaybeSent,
+// intentFromRow is the public form of a row.
+func intentFromRow(r *intentdb.Row) *Intent {
+	return &Intent{
+		ID:             r.ID,
+		Namespace:      r.Namespace,
+		Key:            r.Key,
+		Effect:         r.Effect,
+		Args:           r.Args,
+		State:          State(r.State),
+		Attempts:       r.Attempt,
+		Result:         r.Result,
+		Error:          (*IntentError)(r.Error),
+		ProviderKey:    r.ProviderKey,
+		RequestedBy:    r.RequestedBy,
+		KeySource:      KeySource(r.KeySource),
+		CreatedAt:      r.CreatedAt,
+		UpdatedAt:      r.UpdatedAt,
+		CompletedAt:    r.CompletedAt,
+		JobID:          r.JobID,
+		LeaseExpiresAt: r.LeaseExpiresAt,
+		MaybeSent:      r.MaybeSent,
 	}
-	if err := row.Scan(append(dest, extra...)...); err != nil {
-		return nil, err
-	}
-	return &i, nil
 }

@@ -2,13 +2,9 @@ package outbox
 
 import (
 	"context"
-	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
-	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
 // notifier shares one LISTEN connection among every Wait of a Client, so
@@ -17,11 +13,10 @@ import (
 type notifier struct {
 	client *Client
 
-	mu      sync.Mutex
-	subs    map[int64]map[*subscription]struct{}
-	cancel  context.CancelFunc
-	ready   chan struct{} // closed while LISTEN is in effect
-	stopped chan struct{} // closed when the current run has ended
+	mu     sync.Mutex
+	subs   map[int64]map[*subscription]struct{}
+	cancel context.CancelFunc
+	ready  chan struct{} // closed once LISTEN is in effect
 }
 
 type subscription struct {
@@ -51,8 +46,7 @@ func (n *notifier) subscribe(id int64) (sub *subscription, ready <-chan struct{}
 		ctx, cancel := context.WithCancel(context.Background())
 		n.cancel = cancel
 		n.ready = make(chan struct{})
-		n.stopped = make(chan struct{})
-		go n.run(ctx, n.ready, n.stopped)
+		go n.run(ctx, n.ready)
 	}
 	return sub, n.ready, func() { n.unsubscribe(id, sub) }
 }
@@ -95,24 +89,11 @@ func (n *notifier) wake(ids []int64) {
 	}
 }
 
-func (n *notifier) run(ctx context.Context, ready, stopped chan struct{}) {
-	defer close(stopped)
-	channel := pgx.Identifier{n.client.channelChanged}.Sanitize()
-	backoff := 50 * time.Millisecond
+func (n *notifier) run(ctx context.Context, ready chan struct{}) {
 	readyClosed := false
-	for ctx.Err() == nil {
-		err := func() error {
-			pooled, err := n.client.pool.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			// A LISTENing connection must never go back to the pool.
-			conn := pooled.Hijack()
-			defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
-			if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-				return err
-			}
-			backoff = 50 * time.Millisecond
+	intentdb.Listen(ctx, n.client.pool, &intentdb.ListenerConfig{
+		Channel: intentdb.ChannelChanged(n.client.schema),
+		ListeningFunc: func() {
 			if !readyClosed {
 				close(ready)
 				readyClosed = true
@@ -120,43 +101,13 @@ func (n *notifier) run(ctx context.Context, ready, stopped chan struct{}) {
 			// Changes may have been missed while (re)connecting: every
 			// waiter reads its intent again.
 			n.wake(nil)
-			for {
-				notification, err := conn.WaitForNotification(ctx)
-				if err != nil {
-					return err
-				}
-				if ids := terminalIDs(notification.Payload); len(ids) > 0 {
-					n.wake(ids)
-				}
+		},
+		Logger: n.client.logger,
+		Name:   "intent waiter",
+		NotifyFunc: func(payload string) {
+			if state, ids, ok := intentdb.ParseChanged(payload); ok && State(state).Terminal() {
+				n.wake(ids)
 			}
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		n.client.logger.WarnContext(ctx, "intent waiter lost its connection, reconnecting", slog.String("error", err.Error()))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// terminalIDs parses a state-change payload, "<state> <id>[,<id>...]", and
-// returns its ids when the state is terminal.
-func terminalIDs(payload string) []int64 {
-	state, list, ok := strings.Cut(payload, " ")
-	if !ok || !State(state).Terminal() {
-		return nil
-	}
-	ids := make([]int64, 0, strings.Count(list, ",")+1)
-	for list != "" {
-		var next string
-		next, list, _ = strings.Cut(list, ",")
-		if id, err := strconv.ParseInt(next, 10, 64); err == nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids
+		},
+	})
 }

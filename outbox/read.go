@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
 // Get returns the intent (namespace, key), or ErrNotFound.
@@ -16,7 +18,7 @@ func (c *Client) Get(ctx context.Context, namespace, key string) (*Intent, error
 	return c.get(ctx, c.pool, namespace, key)
 }
 
-func (c *Client) get(ctx context.Context, q Executor, namespace, key string) (*Intent, error) {
+func (c *Client) get(ctx context.Context, q intentdb.Querier, namespace, key string) (*Intent, error) {
 	if namespace == "" {
 		namespace = NamespaceDefault
 	}
@@ -26,14 +28,14 @@ func (c *Client) get(ctx context.Context, q Executor, namespace, key string) (*I
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	intent, err := scanIntent(q.QueryRow(ctx, c.sqlGet, namespace, key))
+	row, err := c.queries.Get(ctx, q, namespace, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &Error{Code: CodeNotFound, Message: "no intent with this key"}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading intent: %w", err)
 	}
-	return intent, nil
+	return intentFromRow(row), nil
 }
 
 // ListLimitDefault and ListLimitMax bound List's page size.
@@ -101,21 +103,15 @@ func (c *Client) List(ctx context.Context, params *ListParams) (*ListResult, err
 	}
 
 	// One row more than the page tells whether there is a next page.
-	rows, err := c.pool.Query(ctx, c.sqlList, namespace, states, params.Effect, before, limit+1)
+	rows, err := c.queries.List(ctx, c.pool, &intentdb.ListParams{
+		BeforeID: before, Effect: params.Effect, Limit: limit + 1, Namespace: namespace, States: states,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error listing intents: %w", err)
 	}
-	defer rows.Close()
-	res := &ListResult{Intents: make([]*Intent, 0, limit)}
-	for rows.Next() {
-		intent, err := scanIntent(rows)
-		if err != nil {
-			return nil, fmt.Errorf("error listing intents: %w", err)
-		}
-		res.Intents = append(res.Intents, intent)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("error listing intents: %w", err)
+	res := &ListResult{Intents: make([]*Intent, 0, len(rows))}
+	for _, row := range rows {
+		res.Intents = append(res.Intents, intentFromRow(row))
 	}
 	if len(res.Intents) > limit {
 		res.Intents = res.Intents[:limit]
@@ -182,7 +178,7 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 // reread reads intent again. On failure it returns the intent as last read,
 // with ctx's error when ctx ended, so that a waiter always has something to
 // show.
-func (c *Client) reread(ctx context.Context, q Executor, last *Intent) (*Intent, error) {
+func (c *Client) reread(ctx context.Context, q intentdb.Querier, last *Intent) (*Intent, error) {
 	intent, err := c.get(ctx, q, last.Namespace, last.Key)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -207,7 +203,7 @@ func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, er
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	intent, err := scanIntent(c.pool.QueryRow(ctx, c.sqlCancel, namespace, key))
+	row, err := c.queries.Cancel(ctx, c.pool, namespace, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		current, err := c.Get(ctx, namespace, key)
 		if err != nil {
@@ -225,7 +221,7 @@ func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, er
 	if err != nil {
 		return nil, fmt.Errorf("error cancelling intent: %w", err)
 	}
-	return intent, nil
+	return intentFromRow(row), nil
 }
 
 // Outcome is an operator's decision about an unknown intent.
@@ -282,7 +278,7 @@ func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, e
 	if len(params.Note) > 1000 {
 		return nil, &Error{Code: CodeInvalidArgs, Field: "note", Message: "must be at most 1000 characters"}
 	}
-	intent, err := scanIntent(c.pool.QueryRow(ctx, c.sqlResolve, namespace, params.Key, string(state), params.Note))
+	row, err := c.queries.Resolve(ctx, c.pool, namespace, params.Key, string(state), params.Note)
 	if errors.Is(err, pgx.ErrNoRows) {
 		current, err := c.Get(ctx, namespace, params.Key)
 		if err != nil {
@@ -293,5 +289,5 @@ func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, e
 	if err != nil {
 		return nil, fmt.Errorf("error resolving intent: %w", err)
 	}
-	return intent, nil
+	return intentFromRow(row), nil
 }

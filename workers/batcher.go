@@ -37,8 +37,8 @@ func newBatcher[In, Out any](maxBatch int, timeout time.Duration, fn func(ctx co
 	}
 }
 
-// start runs flushers goroutines. Two flushers let one batch be built while
-// the other is in the database.
+// start runs flushers goroutines. With one, the next batch fills up while
+// the current one is in the database; more would let batches overlap.
 func (b *batcher[In, Out]) start(flushers int) {
 	b.startOnce.Do(func() {
 		for range flushers {

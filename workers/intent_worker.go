@@ -12,6 +12,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // IntentArgs is the River job of one intent. It carries only the intent's id,
@@ -79,8 +81,8 @@ type IntentWorker struct {
 	metrics       *Metrics
 
 	claims   *batcher[claimReq, claimOutcome]
-	finishes *batcher[finish, bool]
-	reads    *batcher[int64, read]
+	finishes *batcher[intentdb.Finish, bool]
+	reads    *batcher[int64, *intentdb.AttemptRow]
 	store    *store
 }
 
@@ -116,9 +118,9 @@ func NewIntentWorker(pool *pgxpool.Pool, config *IntentWorkerConfig) (*IntentWor
 	}
 	schema := config.Schema
 	if schema == "" {
-		schema = "outbox"
+		schema = outbox.SchemaDefault
 	}
-	st := newStore(pool, schema)
+	st := &store{pool: pool, queries: intentdb.New(schema)}
 	// A batch's statement gets the effect timeout as its deadline: long
 	// enough for a loaded database, short enough that a dead one releases
 	// the workers to River's retry.
@@ -151,159 +153,149 @@ func (w *IntentWorker) Stop() {
 func (w *IntentWorker) MaxAttempts() int { return w.maxAttempts + MaxAttemptsMargin }
 
 // Work runs one attempt of an intent; see the package documentation for the
-// order of its steps.
+// order of its steps, and Decide for what follows each of them.
 func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) error {
-	id := job.Args.IntentID
-	var c *claimed
-	// The job's queue is its intent's effect, so whether it may be
-	// deduplicated is known before the intent is read.
-	if e, ok := w.effects.Get(job.Queue); ok && mayDedupe(e) {
-		r, err := w.reads.do(ctx, id)
-		if err != nil {
-			return err
-		}
-		switch {
-		case !r.found || intentState(r.state).terminal():
-			return nil
-		case r.state == "pending" && effects.GuaranteeOf(e, r.args) == effects.GuaranteeDeduplicated:
-			c = &r.claimed
-			c.prevState = "pending"
-			c.expectState, c.expectAttempt = "pending", r.attempt
-			// Every River attempt of this job that ran the effect recorded
-			// its outcome in job_attempt, except one that died: then the
-			// provider may have acted. Died attempts count as attempts, so
-			// that the attempt number still grows with every try.
-			lost := job.Attempt - r.jobAttempt - 1
-			c.attempt = r.attempt + 1 + max(lost, 0)
-			if lost > 0 {
-				c.prevState = "running"
-				c.maybeSent = true
-			}
-		}
-		// Not deduplicated for these args (a webhook to an endpoint that
-		// does not dedupe), or running (left by a version that claimed
-		// deduplicated intents): take the general path below.
-	}
-	if c == nil {
-		out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout)})
-		if err != nil {
-			return err // nothing claimed, nothing sent: River retries
-		}
-		if c = out.claimed; c == nil {
-			return w.notClaimed(ctx, id, &out)
-		}
-		// Checked first: at thousands of claims a second, building the
-		// attributes of a line nobody reads would show.
-		if w.logger.Enabled(ctx, slog.LevelDebug) {
-			w.logger.DebugContext(ctx, "intent state changed", slog.Int64("intent_id", c.id), slog.String("effect", c.effect),
-				slog.Int("attempt", c.attempt), slog.String("state", "running"))
-		}
+	c, err := w.begin(ctx, job)
+	if c == nil || err != nil {
+		return err
 	}
 	c.jobAttempt = job.Attempt
 
-	effect, ok := w.effects.Get(c.effect)
+	effect, ok := w.effects.Get(c.Effect)
 	if !ok {
-		return w.finish(ctx, c, "unknown_effect", finish{state: "failed",
-			err: errJSON("unknown_effect", fmt.Sprintf("effect %q is not enabled in this dispatcher", c.effect))}, nil)
+		return w.finish(ctx, c, Decision{State: outbox.StateFailed, Code: "unknown_effect", Outcome: "unknown_effect"},
+			fmt.Sprintf("effect %q is not enabled in this dispatcher", c.Effect), nil, nil)
 	}
-	guarantee := effects.GuaranteeOf(effect, c.args)
+	guarantee := effects.GuaranteeOf(effect, c.Args)
 	reconciler, canLookup := effect.(effects.Reconciler)
 	if guarantee == effects.GuaranteeReconcilable && !canLookup {
 		// The registry refuses such effects, but an ArgsGuaranteer could
 		// still answer reconcilable: without a look-up, assume the worst.
 		guarantee = effects.GuaranteeAtMostOnce
 	}
-	// An at-most-once intent whose earlier attempt may have reached the
-	// provider is never sent again, even when it comes back pending (its
-	// guarantee changed with the configuration, or a stale attempt marked
-	// it after an operator's retry).
-	lost := c.prevState == "running" || (c.maybeSent && guarantee == effects.GuaranteeAtMostOnce)
-
-	// An earlier attempt was the last one and died: decide without sending.
-	if job.Attempt > w.maxAttempts {
-		return w.finish(ctx, c, "exhausted", w.exhausted(c, "attempts exhausted"), nil)
+	sit := Situation{
+		Step:      StepStart,
+		Guarantee: guarantee,
+		// An at-most-once intent whose earlier attempt may have reached the
+		// provider is never sent again, even when it comes back pending
+		// (its guarantee changed with the configuration, or a stale attempt
+		// marked it after an operator's retry).
+		Lost:      c.prevState == outbox.StateRunning || (c.MaybeSent && guarantee == effects.GuaranteeAtMostOnce),
+		MaybeSent: c.MaybeSent,
+		// A deduplicated effect is retried with the same provider key after
+		// a lost or ambiguous outcome, but past the provider's window a
+		// reused key is a new request: retrying could act twice.
+		PastWindow: guarantee == effects.GuaranteeDeduplicated && time.Since(c.CreatedAt) > effects.DedupeWindow(effect),
+		Exhausted:  job.Attempt > w.maxAttempts,
+		Last:       job.Attempt >= w.maxAttempts,
 	}
 
-	req := &effects.Request{Args: c.args, Attempt: c.attempt, IntentID: c.id, Namespace: c.namespace, ProviderKey: c.providerKey}
-	if lost {
-		switch guarantee {
-		case effects.GuaranteeAtMostOnce:
-			// The provider can neither dedupe nor be asked: do not guess.
-			return w.finish(ctx, c, "unknown", finish{state: "unknown", maybeSent: true,
-				err: errJSON("outcome_lost", "an attempt may have reached the provider and its outcome was lost")}, nil)
-		case effects.GuaranteeReconcilable:
-			lookupCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
-			result, found, err := reconciler.Lookup(lookupCtx, c.providerKey)
-			cancel()
+	d := Decide(sit)
+	if d.Action == ActionLookup {
+		lookupCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
+		result, found, err := reconciler.Lookup(lookupCtx, c.ProviderKey)
+		cancel()
+		sit.Step, sit.Found, sit.LookupFailed = StepLookedUp, found, err != nil
+		if d = Decide(sit); d.Action == ActionFinish {
+			var retryErr error
 			if err != nil {
-				// Nothing was sent by this attempt: release the lease so the
-				// retry looks up again at once.
-				if ferr := w.finish(ctx, c, "lookup_failed", finish{state: "running", maybeSent: true,
-					err: errJSON("lookup_failed", err.Error())}, nil); ferr != nil {
-					return ferr
-				}
-				return fmt.Errorf("error looking up intent %d at provider: %w", c.id, err)
+				// Nothing was sent by this attempt: the lease is released so
+				// the retry looks up again at once.
+				retryErr = fmt.Errorf("error looking up intent %d at provider: %w", c.ID, err)
+				return w.finish(ctx, c, d, err.Error(), nil, retryErr)
 			}
-			if found {
-				return w.finish(ctx, c, "reconciled", finish{state: "succeeded", result: result}, nil)
-			}
-			// Not found: the lost attempt did not act. Send again with the
-			// same provider key.
+			return w.finish(ctx, c, d, "", result, nil)
 		}
 	}
-	// A deduplicated effect is retried with the same provider key after a
-	// lost or ambiguous outcome, but past the provider's window a reused key
-	// is a new request: retrying could act twice.
-	if c.maybeSent && guarantee == effects.GuaranteeDeduplicated {
-		if window := effects.DedupeWindow(effect); time.Since(c.createdAt) > window {
-			return w.finish(ctx, c, "unknown", finish{state: "unknown", maybeSent: true,
-				err: errJSON("dedupe_window_passed", "an earlier attempt may have acted and the intent is older than the provider's dedupe window ("+window.String()+")")}, nil)
-		}
+	if d.Action == ActionFinish {
+		return w.finish(ctx, c, d, w.startMessage(d, effect), nil, nil)
 	}
 
+	req := &effects.Request{Args: c.Args, Attempt: c.Attempt, IntentID: c.ID, Namespace: c.Namespace, ProviderKey: c.ProviderKey}
 	callCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
 	start := time.Now()
 	result, err := effect.Execute(callCtx, req)
 	cancel()
-	w.metrics.EffectDuration.WithLabelValues(c.effect).Observe(time.Since(start).Seconds())
+	w.metrics.EffectDuration.WithLabelValues(c.Effect).Observe(time.Since(start).Seconds())
 
+	sit.Step = StepCalled
 	if err == nil {
 		if len(result) == 0 || !json.Valid(result) {
 			result = json.RawMessage(`{}`)
 		}
-		return w.finish(ctx, c, "succeeded", finish{state: "succeeded", result: result}, nil)
+		return w.finish(ctx, c, Decide(sit), "", result, nil)
 	}
-
 	class, code := effects.Classify(err)
-	last := job.Attempt >= w.maxAttempts
-	switch class {
-	case effects.ClassPermanent:
-		return w.finish(ctx, c, "failed", finish{state: "failed", err: errJSON(code, err.Error())}, nil)
-
-	case effects.ClassNotSent:
-		if last {
-			return w.finish(ctx, c, "not_sent", w.exhausted(c, err.Error()), nil)
-		}
-		return w.finish(ctx, c, "not_sent", finish{state: "pending", err: errJSON(code, err.Error())}, err)
-
-	default: // ambiguous
-		switch guarantee {
-		case effects.GuaranteeAtMostOnce:
-			return w.finish(ctx, c, "ambiguous", finish{state: "unknown", maybeSent: true, err: errJSON(code, err.Error())}, nil)
-		case effects.GuaranteeReconcilable:
-			if last {
-				return w.finish(ctx, c, "ambiguous", finish{state: "unknown", maybeSent: true, err: errJSON(code, err.Error())}, nil)
-			}
-			// Keep the lease: the request may still be in flight, so the
-			// look-up must wait for the lease to end.
-			return w.finish(ctx, c, "ambiguous", finish{state: "running", maybeSent: true, keepLease: true, err: errJSON(code, err.Error())}, err)
-		default: // deduplicated: the same provider key makes a retry safe
-			if last {
-				return w.finish(ctx, c, "ambiguous", finish{state: "unknown", maybeSent: true, err: errJSON(code, err.Error())}, nil)
-			}
-			return w.finish(ctx, c, "ambiguous", finish{state: "pending", maybeSent: true, err: errJSON(code, err.Error())}, err)
-		}
+	sit.Class = class
+	d = Decide(sit)
+	if d.Code == "" {
+		d.Code = code
 	}
+	var retryErr error
+	if d.Retry {
+		retryErr = err
+	}
+	return w.finish(ctx, c, d, err.Error(), nil, retryErr)
+}
+
+// startMessage explains a decision taken before anything was sent.
+func (w *IntentWorker) startMessage(d Decision, effect effects.Effect) string {
+	switch d.Code {
+	case codeOutcomeLost:
+		return "an attempt may have reached the provider and its outcome was lost"
+	case codeDedupeWindowPassed:
+		return "an earlier attempt may have acted and the intent is older than the provider's dedupe window (" + effects.DedupeWindow(effect).String() + ")"
+	}
+	return "attempts exhausted"
+}
+
+// begin claims the intent for this attempt (or, for a deduplicated effect,
+// reads it). It returns nil when there is nothing to do, with the error or
+// snooze River should see.
+func (w *IntentWorker) begin(ctx context.Context, job *river.Job[IntentArgs]) (*claimed, error) {
+	id := job.Args.IntentID
+	// The job's queue is its intent's effect, so whether it may be
+	// deduplicated is known before the intent is read.
+	if e, ok := w.effects.Get(job.Queue); ok && mayDedupe(e) {
+		r, err := w.reads.do(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case r == nil || outbox.State(r.State).Terminal():
+			return nil, nil
+		case outbox.State(r.State) == outbox.StatePending && effects.GuaranteeOf(e, r.Args) == effects.GuaranteeDeduplicated:
+			c := &claimed{AttemptRow: *r, prevState: outbox.StatePending, expectState: outbox.StatePending, expectAttempt: r.Attempt}
+			// Every River attempt of this job that ran the effect recorded
+			// its outcome in job_attempt, except one that died: then the
+			// provider may have acted. Died attempts count as attempts, so
+			// that the attempt number still grows with every try.
+			lost := job.Attempt - r.JobAttempt - 1
+			c.Attempt = r.Attempt + 1 + max(lost, 0)
+			if lost > 0 {
+				c.prevState = outbox.StateRunning
+				c.MaybeSent = true
+			}
+			return c, nil
+		}
+		// Not deduplicated for these args (a webhook to an endpoint that
+		// does not dedupe), or running (left by a version that claimed
+		// deduplicated intents): take the general path below.
+	}
+	out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout)})
+	if err != nil {
+		return nil, err // nothing claimed, nothing sent: River retries
+	}
+	if out.claimed == nil {
+		return nil, w.notClaimed(ctx, id, &out)
+	}
+	// Checked first: at thousands of claims a second, building the
+	// attributes of a line nobody reads would show.
+	if w.logger.Enabled(ctx, slog.LevelDebug) {
+		w.logger.DebugContext(ctx, "intent state changed", slog.Int64("intent_id", out.claimed.ID), slog.String("effect", out.claimed.Effect),
+			slog.Int("attempt", out.claimed.Attempt), slog.String("state", string(outbox.StateRunning)))
+	}
+	return out.claimed, nil
 }
 
 // mayDedupe reports whether e is, or for some arguments can be, deduplicated.
@@ -320,7 +312,7 @@ func (w *IntentWorker) notClaimed(ctx context.Context, id int64, out *claimOutco
 	case !out.found:
 		// Pruned, or never existed: nothing to do.
 		return nil
-	case out.state == "running" && out.leaseExpiresAt != nil:
+	case out.state == outbox.StateRunning && out.leaseExpiresAt != nil:
 		// Another attempt holds a live lease: a job rescued or retried
 		// while its first worker still runs, or a reconcilable intent whose
 		// ambiguous request may still be in flight. Come back when the
@@ -332,36 +324,31 @@ func (w *IntentWorker) notClaimed(ctx context.Context, id int64, out *claimOutco
 		// Terminal: a re-run job, a River UI retry of a completed job, or a
 		// job rescued after its intent was finished. Harmless by design.
 		w.logger.DebugContext(ctx, "intent already final, job does nothing",
-			slog.Int64("intent_id", id), slog.String("state", out.state))
+			slog.Int64("intent_id", id), slog.String("state", string(out.state)))
 		return nil
 	}
 }
 
-// intentState mirrors outbox.State for the few checks the worker needs, without
-// importing the write-side package.
-type intentState string
-
-func (s intentState) terminal() bool {
-	return s == "succeeded" || s == "failed" || s == "unknown" || s == "cancelled"
-}
-
-// exhausted is the final outcome once attempts ran out: failed when no
-// attempt can have reached the provider, unknown when one may have.
-func (w *IntentWorker) exhausted(c *claimed, msg string) finish {
-	if c.maybeSent || c.prevState == "running" {
-		return finish{state: "unknown", maybeSent: true, err: errJSON("attempts_exhausted", msg)}
+// finish records a decision, fenced on the attempt number, and returns
+// retryErr (which makes River retry) once the outcome is durable. message
+// explains the error recorded with d.Code; result is the provider's answer.
+func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, message string, result json.RawMessage, retryErr error) error {
+	f := intentdb.Finish{
+		ID:            c.ID,
+		Attempt:       c.Attempt,
+		ExpectState:   string(c.expectState),
+		ExpectAttempt: c.expectAttempt,
+		JobAttempt:    c.jobAttempt,
+		State:         string(d.State),
+		Result:        result,
+		// A lost outcome detected by a deduplicated read is recorded with
+		// the outcome (a claim records it itself).
+		MaybeSent: d.MaybeSent || c.MaybeSent,
+		KeepLease: d.KeepLease,
 	}
-	return finish{state: "failed", err: errJSON("attempts_exhausted", msg)}
-}
-
-// finish records an attempt's outcome, fenced on its attempt number, and
-// returns retryErr (which makes River retry) once the outcome is durable.
-func (w *IntentWorker) finish(ctx context.Context, c *claimed, outcome string, f finish, retryErr error) error {
-	f.id, f.attempt = c.id, c.attempt
-	f.expectState, f.expectAttempt, f.jobAttempt = c.expectState, c.expectAttempt, c.jobAttempt
-	// A lost outcome detected by a deduplicated read is recorded with the
-	// outcome (a claim records it itself).
-	f.maybeSent = f.maybeSent || c.maybeSent
+	if d.Code != "" {
+		f.Err = intentdb.ErrorJSON(d.Code, message)
+	}
 	// The outcome is known now; record it even if River is cancelling the
 	// attempt (a stop past the effect timeout), or the next attempt would
 	// take a known outcome for a lost one.
@@ -373,37 +360,29 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, outcome string, f
 		return err
 	}
 	if !applied {
-		if f.state == "succeeded" || f.state == "unknown" || f.maybeSent {
+		if d.State == outbox.StateSucceeded || d.State == outbox.StateUnknown || f.MaybeSent {
 			// This attempt may have reached the provider even though another
 			// took the intent over; whoever decides on exhaustion or the
 			// dedupe window later must know.
-			if err := w.store.markMaybeSent(context.WithoutCancel(ctx), c.id); err != nil {
+			if err := w.store.markMaybeSent(context.WithoutCancel(ctx), c.ID); err != nil {
 				return err
 			}
 		}
 		w.metrics.StaleWrites.Inc()
-		w.metrics.EffectAttempts.WithLabelValues(c.effect, "stale").Inc()
+		w.metrics.EffectAttempts.WithLabelValues(c.Effect, "stale").Inc()
 		w.logger.WarnContext(ctx, "stale attempt's write rejected: another attempt took the intent over",
-			slog.Int64("intent_id", c.id), slog.Int("attempt", c.attempt), slog.String("outcome", outcome))
+			slog.Int64("intent_id", c.ID), slog.Int("attempt", c.Attempt), slog.String("outcome", d.Outcome))
 		return nil
 	}
-	w.metrics.EffectAttempts.WithLabelValues(c.effect, outcome).Inc()
-	attrs := []any{slog.Int64("intent_id", c.id), slog.String("effect", c.effect), slog.Int("attempt", c.attempt), slog.String("state", f.state)}
+	w.metrics.EffectAttempts.WithLabelValues(c.Effect, d.Outcome).Inc()
+	attrs := []any{slog.Int64("intent_id", c.ID), slog.String("effect", c.Effect), slog.Int("attempt", c.Attempt), slog.String("state", string(d.State))}
 	switch {
-	case f.state == "unknown":
-		w.logger.ErrorContext(ctx, "intent outcome unknown: an operator must resolve it", append(attrs, slog.String("error", string(f.err)))...)
-	case f.err != nil:
-		w.logger.WarnContext(ctx, "intent attempt failed", append(attrs, slog.String("error", string(f.err)))...)
+	case d.State == outbox.StateUnknown:
+		w.logger.ErrorContext(ctx, "intent outcome unknown: an operator must resolve it", append(attrs, slog.String("error", string(f.Err)))...)
+	case f.Err != nil:
+		w.logger.WarnContext(ctx, "intent attempt failed", append(attrs, slog.String("error", string(f.Err)))...)
 	case w.logger.Enabled(ctx, slog.LevelDebug):
 		w.logger.DebugContext(ctx, "intent state changed", attrs...)
 	}
 	return retryErr
-}
-
-func errJSON(code, message string) json.RawMessage {
-	b, _ := json.Marshal(struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}{code, message})
-	return b
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -96,7 +96,7 @@ func setup(t *testing.T, guarantee effects.Guarantee, opts *setupOpts) *testBund
 	if opts == nil {
 		opts = &setupOpts{}
 	}
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	effect := &testEffect{guarantee: guarantee, window: time.Hour, acted: map[string]int{}}
 	reg, err := effects.NewRegistry(effect)
 	require.NoError(t, err)
@@ -528,7 +528,7 @@ func TestIntentWorker(t *testing.T) {
 }
 
 // A worker paused past its lease is overtaken by another attempt; when it
-// comes back, its write is rejected and counted (SPEC 13.6, in-process).
+// comes back, its write is rejected and counted (in-process).
 func TestIntentWorkerStaleAttempt(t *testing.T) {
 	t.Parallel()
 	for _, g := range []effects.Guarantee{effects.GuaranteeDeduplicated, effects.GuaranteeReconcilable, effects.GuaranteeAtMostOnce} {
@@ -630,7 +630,7 @@ func (e *argsEffect) GuaranteeFor(args json.RawMessage) effects.Guarantee {
 func TestIntentWorkerGuaranteeFromArgs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	effect := &argsEffect{testEffect{guarantee: effects.GuaranteeAtMostOnce, window: time.Hour, acted: map[string]int{}}}
 	reg, err := effects.NewRegistry(effect)
 	require.NoError(t, err)

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // PruneArgs is the periodic job that prunes terminal intents.
@@ -48,8 +50,8 @@ type PruneWorker struct {
 	batchSize int
 	logger    *slog.Logger
 	pool      *pgxpool.Pool
+	queries   *intentdb.Queries
 	retention time.Duration
-	sql       string
 }
 
 // NewPruneWorker returns a PruneWorker.
@@ -72,17 +74,9 @@ func NewPruneWorker(pool *pgxpool.Pool, config *PruneWorkerConfig) (*PruneWorker
 	}
 	schema := config.Schema
 	if schema == "" {
-		schema = "outbox"
+		schema = outbox.SchemaDefault
 	}
-	table := pgx.Identifier{schema, "outbox_intent"}.Sanitize()
-	// SKIP LOCKED: a row an operator is resolving right now is left for the
-	// next run rather than waited for.
-	w.sql = `DELETE FROM ` + table + ` WHERE id IN (
-		SELECT id FROM ` + table + `
-		WHERE state IN ('succeeded', 'failed', 'unknown', 'cancelled') AND completed_at < now() - $1::interval
-		ORDER BY completed_at
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED)`
+	w.queries = intentdb.New(schema)
 	return w, nil
 }
 
@@ -99,12 +93,12 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 func (w *PruneWorker) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := w.pool.Exec(ctx, w.sql, w.retention, w.batchSize)
+		n, err := w.queries.Prune(ctx, w.pool, w.retention, w.batchSize)
 		if err != nil {
 			return total, fmt.Errorf("error pruning intents: %w", err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(w.batchSize) {
+		total += n
+		if n < int64(w.batchSize) {
 			return total, nil
 		}
 	}

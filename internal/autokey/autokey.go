@@ -1,4 +1,4 @@
-// Package autokey derives MCP's automatic idempotency key (SPEC section 5,
+// Package autokey derives MCP's automatic idempotency key (docs/agents.md,
 // "Keys for agents"): when a mutating tool call carries no idempotency_key,
 // identical calls (same tool, same arguments as JSON values) within one
 // window of the first are one action.

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/cli"
-	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -30,7 +29,7 @@ type testBundle struct {
 // schema of its own, with the sandbox effects enabled.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	return &testBundle{
 		env: map[string]string{
 			"DATABASE_URL":   testdb.URL(t),

@@ -22,8 +22,7 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// Config is outboxd's configuration, read from the environment (SPEC section
-// 8). Each field's tags name its variable and default (env), say what a valid
+// Config is outboxd's configuration, read from the environment (README, "Operations"). Each field's tags name its variable and default (env), say what a valid
 // value looks like (expect: the error for a bad value quotes it) and describe
 // it for --help (help). Fields tagged secret:"true" hold secrets: their values
 // never appear in errors or logs.
@@ -33,11 +32,11 @@ import (
 type Config struct {
 	// APITokens maps each API bearer token to the namespace it acts for.
 	// Defaults to none. Not used yet: the HTTP API comes later.
-	APITokens map[string]string `env:"OUTBOX_API_TOKENS" secret:"true" expect:"token:namespace pairs separated by commas" help:"API bearer tokens, token:namespace,... (not used yet)"`
+	APITokens map[string]string `env:"OUTBOX_API_TOKENS" secret:"true" expect:"token:namespace pairs separated by commas" help:"API bearer tokens, token:namespace,...; each token picks its namespace"`
 
 	// AutoKeyWindow is the window of MCP's automatic idempotency key.
 	// Defaults to 10m. Not used yet.
-	AutoKeyWindow time.Duration `env:"OUTBOX_AUTO_KEY_WINDOW, default=10m" expect:"a positive duration such as 10m" help:"window of the automatic MCP key (not used yet)"`
+	AutoKeyWindow time.Duration `env:"OUTBOX_AUTO_KEY_WINDOW, default=10m" expect:"a positive duration such as 10m" help:"window of the automatic MCP key: identical keyless tool calls within it are one action"`
 
 	// AutoMigrate lets serve apply pending migrations at start. Defaults to
 	// false.

@@ -7,10 +7,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outbox-dev/outbox/internal/dbutil"
 )
 
 // connect opens a pool on cfg's database and checks that it answers.
@@ -37,11 +34,6 @@ func connect(ctx context.Context, cfg *Config, maxConns int32) (*pgxpool.Pool, e
 		return nil, fmt.Errorf("error connecting to %s: %w", redactDatabaseURL(cfg.DatabaseURL), err)
 	}
 	return pool, nil
-}
-
-// withTx runs fn in a transaction on db and commits it when fn succeeds.
-func withTx[T any](ctx context.Context, db dbutil.Beginner, fn func(tx pgx.Tx) (T, error)) (T, error) {
-	return dbutil.WithTxV(ctx, db, fn)
 }
 
 // redacted replaces passwords in redactDatabaseURL's answers.

@@ -162,7 +162,7 @@ func sandboxSettings(cfg *Config, stripeURL, smtpAddr, zendeskURL, webhookURL, w
 }
 
 // buildRegistry builds the effects: each provider effect whose provider is
-// configured (SPEC section 8), and the noop effects in sandbox mode.
+// configured (README, "Operations"), and the noop effects in sandbox mode.
 func buildRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger, s *providerSettings) (*effects.Registry, error) {
 	var enabled []effects.Effect
 	if s.stripeKey != "" {

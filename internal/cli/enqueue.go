@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -78,7 +79,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 		return err
 	}
 
-	res, err := withTx(ctx, pool, func(tx pgx.Tx) (*outbox.EnqueueResult, error) {
+	res, err := dbutil.WithTxV(ctx, pool, func(tx pgx.Tx) (*outbox.EnqueueResult, error) {
 		return client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{
 			Args:        json.RawMessage(effectArgs),
 			Effect:      *effect,

@@ -126,7 +126,7 @@ func protectRiverUI(ui http.Handler, user, password string) http.Handler {
 }
 
 // checkAPIAuth refuses, in one line, to serve the API without tokens on an
-// address other than loopback (SPEC section 7, "Auth"): without tokens,
+// address other than loopback (docs/operations.md): without tokens,
 // every request acts for namespace default, unauthenticated.
 func checkAPIAuth(cfg *Config) error {
 	if len(cfg.APITokens) > 0 || loopbackListenAddr(cfg.HTTPAddr) {

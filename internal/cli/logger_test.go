@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
@@ -22,7 +21,7 @@ func TestServeLogsRedacted(t *testing.T) {
 	sink, err := sandbox.NewSMTPSink(nil)
 	require.NoError(t, err)
 	t.Cleanup(sink.Close)
-	_, schema := outboxtest.Schema(t)
+	_, schema := testdb.MigratedSchema(t)
 	addr, logs, stop := serve(t, map[string]string{
 		"DATABASE_URL":      testdb.URL(t),
 		"OUTBOX_SCHEMA":     schema,

@@ -18,7 +18,7 @@ import (
 // (export_test.go), so that a scrape right after a run sees the run.
 var gaugeRefreshInterval atomic.Int64
 
-// serveMetrics are every metric serve exposes at /metrics (SPEC section 12),
+// serveMetrics are every metric serve exposes at /metrics (docs/operations.md, "Metrics"),
 // each counted where it happens: enqueues by the client behind the HTTP API
 // and MCP, attempts by the workers, the intents by state by a periodic query.
 type serveMetrics struct {

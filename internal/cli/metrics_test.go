@@ -84,7 +84,7 @@ series:
 }
 
 // TestServeMetrics runs intents of every outcome through serve's HTTP API and
-// finds each metric of SPEC section 12 at /metrics with the values the run
+// finds each metric of docs/operations.md at /metrics with the values the run
 // implies.
 func TestServeMetrics(t *testing.T) {
 	t.Parallel()

@@ -34,7 +34,7 @@ func load(t *testing.T, env ...string) *types.Project {
 	return project
 }
 
-// configVars are the variables outboxd reads (SPEC section 8), from its
+// configVars are the variables outboxd reads (README, "Operations"), from its
 // Config's tags.
 func configVars() []string {
 	var vars []string

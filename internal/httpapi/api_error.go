@@ -34,7 +34,7 @@ type errorDetail struct {
 	Message string `json:"message"`
 }
 
-// statusOf is the HTTP status of each outbox error code (SPEC section 7).
+// statusOf is the HTTP status of each outbox error code (docs/agents.md, "Over HTTP").
 var statusOf = map[string]int{
 	outbox.CodeBodyTooLarge:          http.StatusRequestEntityTooLarge,
 	outbox.CodeIdempotencyKeyMissing: http.StatusBadRequest,

@@ -1,4 +1,4 @@
-// Package httpapi is outbox's HTTP API (SPEC section 7), which outboxd serve
+// Package httpapi is outbox's HTTP API (docs/agents.md, "Over HTTP"), which outboxd serve
 // mounts beside /healthz and /metrics:
 //
 //	POST /v1/intents                  enqueue; header Idempotency-Key required

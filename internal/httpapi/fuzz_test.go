@@ -14,11 +14,11 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/httpapi"
-	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// FuzzValidateKey checks the key validator against the SPEC's definition,
+// FuzzValidateKey checks the key validator against the documented definition (README),
 // 1 to 255 printable ASCII characters (0x21 to 0x7E), on any string: it
 // never panics, accepts exactly those keys, and refuses the others with
 // invalid_key.
@@ -67,7 +67,7 @@ func FuzzEnqueue(f *testing.F) {
 		f.Add(seed.key, []byte(seed.body))
 	}
 
-	pool, schema := outboxtest.Schema(f)
+	pool, schema := testdb.MigratedSchema(f)
 	effect, err := noop.New(&noop.Config{Pool: pool, Schema: schema})
 	require.NoError(f, err)
 	registry, err := effects.NewRegistry(effect)

@@ -66,7 +66,7 @@ type Config struct {
 	WaitsMax int
 }
 
-// Handler serves the HTTP API of SPEC section 7: /v1/intents, /readyz and
+// Handler serves the HTTP API of docs/agents.md: /v1/intents, /readyz and
 // /mcp. It is safe for concurrent use.
 type Handler struct {
 	client           *outbox.Client

@@ -21,7 +21,6 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/httpapi"
-	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -47,7 +46,7 @@ type testBundle struct {
 // charge_card).
 func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	t.Helper()
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	b := &testBundle{pool: pool, schema: schema}
 	var list []effects.Effect
 	for name, g := range map[string]effects.Guarantee{
@@ -197,7 +196,7 @@ func TestEnqueue(t *testing.T) {
 		require.Equal(t, "agent-7", *first.RequestedBy)
 		require.Equal(t, outbox.ProviderKey("alpha", "order-1"), first.ProviderKey)
 
-		// Every field of the SPEC's intent JSON, and duplicate.
+		// Every field of the intent JSON, and duplicate.
 		var fields map[string]any
 		require.NoError(t, json.Unmarshal(resp.body, &fields))
 		for _, name := range []string{"key", "namespace", "effect", "args", "state", "attempts", "result", "error",
@@ -734,7 +733,7 @@ func TestReadyz(t *testing.T) {
 func TestNewRefuses(t *testing.T) {
 	t.Parallel()
 
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	for name, config := range map[string]*httpapi.Config{
@@ -754,7 +753,7 @@ func TestNewRefuses(t *testing.T) {
 func TestServerErrors(t *testing.T) {
 	t.Parallel()
 
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	var logs bytes.Buffer

@@ -15,7 +15,7 @@ import (
 )
 
 // enqueueAuto enqueues a call that carries no idempotency key under its
-// automatic key (SPEC section 5, "Keys for agents").
+// automatic key (docs/agents.md, "Keys for agents").
 //
 // The key belongs to a window of AutoKeyWindow, and the window is the one of
 // the first identical call, as long as that call is less than one window
@@ -36,7 +36,7 @@ func (s *server) enqueueAuto(ctx context.Context, tool *EffectTool, args []byte)
 	if err != nil {
 		return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "args", Message: err.Error()}
 	}
-	return withTx(ctx, s.pool, func(tx pgx.Tx) (*outbox.EnqueueResult, error) {
+	return dbutil.WithTxV(ctx, s.pool, func(tx pgx.Tx) (*outbox.EnqueueResult, error) {
 		var now time.Time
 		if err := tx.QueryRow(ctx, `SELECT clock_timestamp() FROM pg_advisory_xact_lock($1)`,
 			autokey.LockID(s.namespace, tool.Name, canonical)).Scan(&now); err != nil {
@@ -61,8 +61,7 @@ func (s *server) enqueueAuto(ctx context.Context, tool *EffectTool, args []byte)
 func (s *server) autoKey(ctx context.Context, tx pgx.Tx, tool string, canonical []byte, now time.Time) (string, error) {
 	start := autokey.WindowStart(now, s.autoKeyWindow)
 	previous := autokey.Key(tool, canonical, start.Add(-s.autoKeyWindow))
-	var createdAt time.Time
-	err := tx.QueryRow(ctx, s.sqlPrevious, s.namespace, previous).Scan(&createdAt)
+	createdAt, err := s.queries.CreatedAt(ctx, tx, s.namespace, previous)
 	switch {
 	case err == nil && now.Sub(createdAt) < s.autoKeyWindow:
 		return previous, nil
@@ -70,9 +69,4 @@ func (s *server) autoKey(ctx context.Context, tx pgx.Tx, tool string, canonical 
 		return "", fmt.Errorf("error reading the previous automatic key: %w", err)
 	}
 	return autokey.Key(tool, canonical, start), nil
-}
-
-// withTx runs fn in a transaction on db and commits it when fn succeeds.
-func withTx[T any](ctx context.Context, db dbutil.Beginner, fn func(tx pgx.Tx) (T, error)) (T, error) {
-	return dbutil.WithTxV(ctx, db, fn)
 }

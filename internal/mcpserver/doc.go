@@ -7,7 +7,7 @@
 // idempotency_key and answer with the intent and "duplicate", like the HTTP
 // API's POST /v1/intents. Without a key a call falls back to an automatic
 // key over the tool and its arguments in canonical form, within
-// Config.AutoKeyWindow (package autokey; SPEC section 5). get_intent (which
+// Config.AutoKeyWindow (package autokey; docs/agents.md). get_intent (which
 // can wait until the intent is terminal) and list_intents only read.
 //
 // Every error a call can cause is a tool result with isError set and the

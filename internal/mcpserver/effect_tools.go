@@ -31,9 +31,9 @@ type EffectTool struct {
 	Title string
 }
 
-// EffectTools returns the tools of SPEC section 7: charge_card, send_email,
+// EffectTools returns the effect tools of docs/agents.md: charge_card, send_email,
 // create_ticket and call_webhook, for the effects charge, email, ticket and
-// webhook, with the argument schemas of SPEC section 6. Each call returns
+// webhook, with the arguments of each effect (README, "Effects"). Each call returns
 // fresh values, which the caller may change (to point a tool at another
 // effect, for instance).
 func EffectTools() []*EffectTool {

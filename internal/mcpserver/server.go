@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -75,9 +75,8 @@ type server struct {
 	pool          *pgxpool.Pool
 	waitFunc      func(ctx context.Context, namespace, key string) (*outbox.Intent, error)
 
-	// sqlPrevious reads the creation time of an intent, through the view
-	// that is the table's public face.
-	sqlPrevious string
+	// queries reads the creation time of an earlier automatic key's intent.
+	queries *intentdb.Queries
 }
 
 // New returns an MCP server whose tools act in config.Namespace: the
@@ -117,8 +116,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	if s.waitFunc == nil {
 		s.waitFunc = client.Wait
 	}
-	s.sqlPrevious = `SELECT created_at FROM ` + pgx.Identifier{client.Schema(), "intents_view"}.Sanitize() +
-		` WHERE namespace = $1 AND key = $2`
+	s.queries = intentdb.New(client.Schema())
 	tools := config.Tools
 	if tools == nil {
 		tools = EffectTools()

@@ -19,7 +19,7 @@ import (
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/internal/autokey"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
-	"github.com/outbox-dev/outbox/internal/outboxtest"
+	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -36,7 +36,7 @@ type testBundle struct {
 // other tools' effects (email, ticket, webhook) are not enabled.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	var list []effects.Effect
 	for _, name := range []string{"charge", "noop"} {
 		e, err := noop.New(&noop.Config{Name: name, Pool: pool, Schema: schema})

@@ -44,7 +44,7 @@ func jsonResult(v any) (*mcp.CallToolResult, error) {
 }
 
 // errorResult is the tool result for err: isError with the error's code, so
-// that the model sees it and can correct the call (SPEC section 7: a tool
+// that the model sees it and can correct the call (docs/agents.md: a tool
 // error is a result, not a protocol error). An error that carries no code is
 // not the caller's: it is logged, and answered as internal_error without
 // details.

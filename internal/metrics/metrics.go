@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -47,7 +47,7 @@ type Gauges struct {
 	oldestPending prometheus.Gauge
 	pool          *pgxpool.Pool
 	interval      time.Duration
-	sql           string
+	queries       *intentdb.Queries
 	unknown       prometheus.Gauge
 
 	cancel context.CancelFunc
@@ -90,9 +90,7 @@ func NewGauges(pool *pgxpool.Pool, reg prometheus.Registerer, config *GaugesConf
 	if schema == "" {
 		schema = outbox.SchemaDefault
 	}
-	g.sql = `SELECT state, count(*),
-			coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)::float8
-		FROM ` + pgx.Identifier{schema, "outbox_intent"}.Sanitize() + ` GROUP BY state`
+	g.queries = intentdb.New(schema)
 	for _, s := range states {
 		g.intents.WithLabelValues(string(s)).Set(0)
 	}
@@ -108,33 +106,15 @@ func NewGauges(pool *pgxpool.Pool, reg prometheus.Registerer, config *GaugesConf
 
 // Refresh reads the gauges from the database once.
 func (g *Gauges) Refresh(ctx context.Context) error {
-	rows, err := g.pool.Query(ctx, g.sql)
+	counts, err := g.queries.CountByState(ctx, g.pool)
 	if err != nil {
 		return fmt.Errorf("error reading intent gauges: %w", err)
 	}
-	counts := make(map[string]float64, len(states))
-	var oldest float64
-	for rows.Next() {
-		var state string
-		var n int64
-		var age float64
-		if err := rows.Scan(&state, &n, &age); err != nil {
-			rows.Close()
-			return fmt.Errorf("error reading intent gauges: %w", err)
-		}
-		counts[state] = float64(n)
-		if state == string(outbox.StatePending) {
-			oldest = age
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("error reading intent gauges: %w", err)
-	}
 	for _, s := range states {
-		g.intents.WithLabelValues(string(s)).Set(counts[string(s)])
+		g.intents.WithLabelValues(string(s)).Set(float64(counts.ByState[string(s)]))
 	}
-	g.oldestPending.Set(oldest)
-	g.unknown.Set(counts[string(outbox.StateUnknown)])
+	g.oldestPending.Set(counts.OldestPendingAge.Seconds())
+	g.unknown.Set(float64(counts.ByState[string(outbox.StateUnknown)]))
 	return nil
 }
 

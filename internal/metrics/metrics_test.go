@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/metrics"
-	"github.com/outbox-dev/outbox/internal/outboxtest"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -20,7 +19,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 func TestGaugesAndEnqueues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := outboxtest.Schema(t)
+	pool, schema := testdb.MigratedSchema(t)
 	reg := prometheus.NewRegistry()
 	enqueues := metrics.NewEnqueues(reg)
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema, EnqueueObserverFunc: enqueues.Observe})

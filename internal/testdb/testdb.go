@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/internal/pgcluster"
+	"github.com/outbox-dev/outbox/migrations"
 )
 
 const (
@@ -341,4 +342,52 @@ func randomName() string {
 		name.WriteByte(alphabet[rand.IntN(len(alphabet))])
 	}
 	return name.String()
+}
+
+// MigratedSchema creates a fresh schema (as Schema does), applies River's and
+// outbox's migrations to it, and returns the package's shared pool and the
+// schema's name. The schema is dropped when the test ends.
+func MigratedSchema(tb testing.TB) (*pgxpool.Pool, string) {
+	tb.Helper()
+	pool := Pool(tb)
+	schema := Schema(tb)
+	migrator, err := migrations.New(pool, schema)
+	if err != nil {
+		tb.Fatalf("testdb: error creating migrator: %v", err)
+	}
+	if _, err := migrator.Up(context.Background()); err != nil {
+		tb.Fatalf("testdb: error migrating schema %s: %v", schema, err)
+	}
+	return pool, schema
+}
+
+// ExampleSchema gives an Example function (which has no *testing.T) what
+// MigratedSchema gives a test: the shared pool and a migrated schema of its
+// own. Call drop when the example ends; failures panic, which fails the
+// example.
+func ExampleSchema() (pool *pgxpool.Pool, schema string, drop func()) {
+	tb := &exampleTB{}
+	pool, schema = MigratedSchema(tb)
+	return pool, schema, tb.runCleanups
+}
+
+// exampleTB is the testing.TB of an example: the embedded nil interface
+// supplies testing.TB's unexported method, and the few methods this package
+// calls are implemented here (any other call would panic, as a failure
+// should).
+type exampleTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (*exampleTB) Helper()                      {}
+func (*exampleTB) Fatal(args ...any)            { panic(fmt.Sprint(args...)) }
+func (*exampleTB) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+func (*exampleTB) Errorf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+func (tb *exampleTB) Cleanup(fn func())         { tb.cleanups = append(tb.cleanups, fn) }
+
+func (tb *exampleTB) runCleanups() {
+	for i := len(tb.cleanups) - 1; i >= 0; i-- {
+		tb.cleanups[i]()
+	}
 }

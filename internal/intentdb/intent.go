@@ -1,0 +1,88 @@
+package intentdb
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier is what a reading statement runs on: a *pgxpool.Pool, a
+// *pgx.Conn, or a pgx.Tx (the caller's transaction, or a savepoint).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DBTX is what any statement runs on: a Querier that also executes.
+type DBTX interface {
+	Querier
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Error is the error recorded on an intent, as stored in its error column.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ErrorJSON encodes an intent error for the error column.
+func ErrorJSON(code, message string) json.RawMessage {
+	b, _ := json.Marshal(Error{Code: code, Message: message}) //nolint:errchkjson // two strings always encode
+	return b
+}
+
+// Row is one intent row, as every read of a whole intent returns it.
+type Row struct {
+	ID             int64
+	Namespace      string
+	Key            string
+	Effect         string
+	Args           json.RawMessage
+	State          string
+	Attempt        int
+	Result         json.RawMessage
+	Error          *Error
+	ProviderKey    string
+	RequestedBy    *string
+	KeySource      string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    *time.Time
+	JobID          *int64
+	LeaseExpiresAt *time.Time
+	MaybeSent      bool
+}
+
+// rowColumns lists the columns scanRow reads, in its order.
+var rowColumns = []string{
+	"id", "namespace", "key", "effect", "args", "state", "attempt", "result", "error",
+	"provider_key", "requested_by", "key_source", "created_at", "updated_at", "completed_at",
+	"job_id", "lease_expires_at", "maybe_sent",
+}
+
+// columns returns rowColumns, each prefixed (a table alias, or "(r.intent)."
+// for a composite returned by a function).
+func columns(prefix string) string {
+	cols := make([]string, len(rowColumns))
+	for i, col := range rowColumns {
+		cols[i] = prefix + col
+	}
+	return strings.Join(cols, ", ")
+}
+
+func scanRow(row pgx.Row, extra ...any) (*Row, error) {
+	var r Row
+	dest := []any{
+		&r.ID, &r.Namespace, &r.Key, &r.Effect, &r.Args, &r.State, &r.Attempt, &r.Result, &r.Error,
+		&r.ProviderKey, &r.RequestedBy, &r.KeySource, &r.CreatedAt, &r.UpdatedAt, &r.CompletedAt,
+		&r.JobID, &r.LeaseExpiresAt, &r.MaybeSent,
+	}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}

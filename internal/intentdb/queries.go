@@ -1,0 +1,332 @@
+package intentdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Queries runs the intent table's statements in one schema. It is safe for
+// concurrent use.
+type Queries struct {
+	schema string
+
+	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve string
+	sqlDrainFailInvalid, sqlDrainMark, sqlDrainSelect                                   string
+	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                               string
+	sqlCountByState, sqlCreatedAt, sqlPrune                                             string
+}
+
+// New returns the statements of schema, rendered once.
+func New(schema string) *Queries {
+	q := &Queries{schema: schema}
+	r := func(sql string) string {
+		return Render(strings.NewReplacer("{{columns}}", columns(""), "{{t.columns}}", columns("t.")).Replace(sql), schema)
+	}
+	q.renderClient(r)
+	q.renderDrain(r)
+	q.renderAttempt(r)
+	q.renderMaintenance(r)
+	return q
+}
+
+// Schema returns the schema the statements run in.
+func (q *Queries) Schema() string { return q.schema }
+
+func (q *Queries) renderClient(r func(string) string) {
+	// The enqueue is one statement. Its usual case, a new key or a key
+	// recorded long ago, is this plain statement. It does what the SQL
+	// function outbox_enqueue_try does, without a plpgsql call (a third of
+	// the cost of an enqueue). It returns no row in one race only: a
+	// concurrent enqueue of the same key committed while the INSERT waited
+	// for it, after this statement's snapshot was taken, so the SELECT
+	// cannot see that row. Enqueue then calls outbox_enqueue_try
+	// (sqlEnqueueRetry), whose statements take fresh snapshots.
+	//
+	// The notification wakes the dispatcher's drain; like the function, a
+	// session notifies at most once per NotifyWindow, because a notifying
+	// commit holds a database-wide lock until it is durable.
+	q.sqlEnqueue = r(`WITH ins AS (
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, provider_key, requested_by, key_source)
+			VALUES ($1, $2, $3, $4, {{schema}}.outbox_provider_key($1, $2), $5, $6)
+			ON CONFLICT (namespace, key) DO NOTHING
+			RETURNING {{columns}}
+		), notified AS (
+			SELECT pg_notify('{{channel_pending}}', ''),
+			       set_config('{{guc_notified}}', clock_timestamp()::text, false)
+			FROM ins
+			WHERE coalesce(nullif(current_setting('{{guc_notified}}', true), ''), '-infinity')::timestamptz
+			      <= clock_timestamp() - interval '{{notify_window}}'
+		)
+		SELECT {{columns}}, false, false FROM ins, (SELECT count(*) FROM notified) n
+		UNION ALL
+		SELECT {{columns}}, true, NOT (effect = $3 AND args = $4::jsonb) FROM {{schema}}.outbox_intent
+		WHERE namespace = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`)
+	q.sqlEnqueueRetry = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict
+		FROM {{schema}}.outbox_enqueue_try($1, $2, $3, $4, $5, $6) r`)
+	q.sqlEnqueueMany = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict, r.ord
+		FROM {{schema}}.outbox_enqueue_many($1, $2, $3, $4, $5, $6) r`)
+	q.sqlGet = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent WHERE namespace = $1 AND key = $2`)
+	q.sqlList = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent
+		WHERE namespace = $1
+		  AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
+		  AND ($3::text = '' OR effect = $3::text)
+		  AND ($4::bigint = 0 OR id < $4::bigint)
+		ORDER BY id DESC
+		LIMIT $5`)
+	// Cancelling is allowed only while no attempt can be in flight, and
+	// none that ran may have reached the provider (a pending intent after an
+	// ambiguous attempt of a deduplicated effect may already have acted).
+	// A deduplicated effect is not claimed before its call, so "in flight"
+	// is read from its River job: running means an attempt may be calling
+	// the provider right now. The job row is locked first (River fetches
+	// with SKIP LOCKED, so it cannot start an attempt meanwhile) and read
+	// in its newest committed state; after the cancel commits, an attempt
+	// that starts finds the intent cancelled and does nothing.
+	//
+	// The UPDATE also requires job_id to be the one the job check read: a
+	// drain that dispatched the intent while the UPDATE waited on its row
+	// lock has made a job this statement never checked, so it refuses.
+	q.sqlCancel = r(`WITH cur AS (
+			SELECT job_id FROM {{schema}}.outbox_intent WHERE namespace = $1 AND key = $2
+		), job AS (
+			SELECT j.state FROM {{schema}}.river_job j
+			WHERE j.id = (SELECT job_id FROM cur)
+			FOR UPDATE
+		), upd AS (
+			UPDATE {{schema}}.outbox_intent
+			SET state = 'cancelled', completed_at = now(), updated_at = now()
+			WHERE namespace = $1 AND key = $2 AND state = 'pending' AND NOT maybe_sent
+			  AND job_id IS NOT DISTINCT FROM (SELECT job_id FROM cur)
+			  AND NOT EXISTS (SELECT 1 FROM job WHERE job.state = 'running')
+			RETURNING {{columns}}
+		), notified AS (
+			SELECT pg_notify('{{channel_changed}}', 'cancelled ' || id::text) FROM upd
+		)
+		SELECT {{columns}} FROM upd, (SELECT count(*) FROM notified) n`)
+	// Resolving moves an unknown intent on. "retry" sends it again knowingly:
+	// back to pending with no job, so the dispatcher gives it a fresh River
+	// job, and maybe_sent cleared, because the operator has taken that risk
+	// (otherwise a deduplicated intent past its window would turn unknown
+	// again at once). The attempt number is kept: it is the fencing token and
+	// must only grow.
+	q.sqlResolve = r(`WITH upd AS (
+			UPDATE {{schema}}.outbox_intent
+			SET state = $3,
+			    result = CASE WHEN $3 = 'succeeded' THEN jsonb_build_object('resolved_by', 'operator', 'note', $4::text) ELSE result END,
+			    error = CASE WHEN $3 = 'failed' THEN jsonb_build_object('code', 'resolved_failed', 'message', $4::text)
+			                 WHEN $3 = 'pending' THEN NULL ELSE error END,
+			    completed_at = CASE WHEN $3 = 'pending' THEN NULL ELSE now() END,
+			    job_id = CASE WHEN $3 = 'pending' THEN NULL ELSE job_id END,
+			    job_attempt = CASE WHEN $3 = 'pending' THEN 0 ELSE job_attempt END,
+			    maybe_sent = CASE WHEN $3 = 'pending' THEN false ELSE maybe_sent END,
+			    lease_expires_at = NULL,
+			    updated_at = now()
+			WHERE namespace = $1 AND key = $2 AND state = 'unknown'
+			RETURNING {{columns}}
+		), notified AS (
+			SELECT pg_notify('{{channel_changed}}', state || ' ' || id::text) FROM upd
+		), pending AS (
+			SELECT pg_notify('{{channel_pending}}', '') FROM upd WHERE state = 'pending'
+		)
+		SELECT {{columns}} FROM upd, (SELECT count(*) FROM notified) n, (SELECT count(*) FROM pending) p`)
+}
+
+// EnqueueRow is one intent to enqueue, checked by the caller.
+type EnqueueRow struct {
+	Args        []byte
+	Effect      string
+	Key         string
+	KeySource   string
+	Namespace   string
+	RequestedBy *string
+}
+
+// EnqueueResult is what an enqueue found or wrote.
+type EnqueueResult struct {
+	// Row is the new intent, or the one first recorded under the key.
+	Row *Row
+	// Duplicate is true when the key was recorded before.
+	Duplicate bool
+	// Conflict is true when it was recorded for another action (another
+	// effect, or args that differ as jsonb).
+	Conflict bool
+}
+
+// Enqueue records one intent with a single statement on db (the caller's
+// transaction), or finds the one first recorded under its key.
+func (q *Queries) Enqueue(ctx context.Context, db Querier, e *EnqueueRow) (*EnqueueResult, error) {
+	res := &EnqueueResult{}
+	args := []any{e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource}
+	row, err := scanRow(db.QueryRow(ctx, q.sqlEnqueue, args...), &res.Duplicate, &res.Conflict)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Lost the race described at sqlEnqueue: nothing was written.
+		row, err = scanRow(db.QueryRow(ctx, q.sqlEnqueueRetry, args...), &res.Duplicate, &res.Conflict)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Row = row
+	return res, nil
+}
+
+// EnqueueMany records many intents with a single statement on db,
+// atomically (the SQL function's exception block is a subtransaction). The
+// results are in the order of es. When any key conflicts, nothing is
+// written; the conflicting results say so.
+func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow) ([]*EnqueueResult, error) {
+	var (
+		namespaces   = make([]string, len(es))
+		keys         = make([]string, len(es))
+		effectNames  = make([]string, len(es))
+		args         = make([]string, len(es))
+		requestedBys = make([]*string, len(es))
+		keySources   = make([]string, len(es))
+	)
+	for i, e := range es {
+		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i] =
+			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource
+	}
+	rows, err := db.Query(ctx, q.sqlEnqueueMany, namespaces, keys, effectNames, args, requestedBys, keySources)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	results := make([]*EnqueueResult, len(es))
+	for rows.Next() {
+		res := &EnqueueResult{}
+		var ord int
+		if res.Row, err = scanRow(rows, &res.Duplicate, &res.Conflict, &ord); err != nil {
+			return nil, err
+		}
+		if ord < 0 || ord >= len(es) {
+			return nil, fmt.Errorf("enqueue returned position %d for %d intents", ord, len(es))
+		}
+		results[ord] = res
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// Get returns the intent (namespace, key), or pgx.ErrNoRows.
+func (q *Queries) Get(ctx context.Context, db Querier, namespace, key string) (*Row, error) {
+	return scanRow(db.QueryRow(ctx, q.sqlGet, namespace, key))
+}
+
+// ListParams filters List. Zero values do not filter.
+type ListParams struct {
+	// BeforeID keeps intents with a smaller id (the cursor).
+	BeforeID  int64
+	Effect    string
+	Limit     int
+	Namespace string
+	States    []string
+}
+
+// List returns a namespace's intents, newest first.
+func (q *Queries) List(ctx context.Context, db Querier, p *ListParams) ([]*Row, error) {
+	states := p.States
+	if states == nil {
+		states = []string{}
+	}
+	rows, err := db.Query(ctx, q.sqlList, p.Namespace, states, p.Effect, p.BeforeID, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]*Row, 0, p.Limit)
+	for rows.Next() {
+		row, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}
+
+// Cancel moves a pending intent that no attempt may have reached the
+// provider for to cancelled, and returns it; pgx.ErrNoRows when it did not
+// (the caller reads the intent to say why).
+func (q *Queries) Cancel(ctx context.Context, db Querier, namespace, key string) (*Row, error) {
+	return scanRow(db.QueryRow(ctx, q.sqlCancel, namespace, key))
+}
+
+// Resolve moves an unknown intent to state (succeeded, failed, or pending
+// for a knowing resend) and returns it; pgx.ErrNoRows when the intent is not
+// unknown.
+func (q *Queries) Resolve(ctx context.Context, db Querier, namespace, key, state, note string) (*Row, error) {
+	return scanRow(db.QueryRow(ctx, q.sqlResolve, namespace, key, state, note))
+}
+
+func (q *Queries) renderMaintenance(r func(string) string) {
+	// SKIP LOCKED: a row an operator is resolving right now is left for the
+	// next run rather than waited for. Only terminal rows are candidates
+	// (the partial index outbox_intent_prunable holds exactly those).
+	q.sqlPrune = r(`DELETE FROM {{schema}}.outbox_intent WHERE id IN (
+		SELECT id FROM {{schema}}.outbox_intent
+		WHERE state IN ('succeeded', 'failed', 'unknown', 'cancelled') AND completed_at < now() - $1::interval
+		ORDER BY completed_at
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED)`)
+	q.sqlCountByState = r(`SELECT state, count(*),
+			coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)::float8
+		FROM {{schema}}.outbox_intent GROUP BY state`)
+	// Through the reporting view, which shows what a reader may see.
+	q.sqlCreatedAt = r(`SELECT created_at FROM {{schema}}.intents_view WHERE namespace = $1 AND key = $2`)
+}
+
+// Prune deletes at most limit terminal intents completed before retention
+// ago, and returns how many it deleted.
+func (q *Queries) Prune(ctx context.Context, db DBTX, retention time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, q.sqlPrune, retention, limit)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// StateCounts is what CountByState reads.
+type StateCounts struct {
+	// ByState counts intents per state; states with none are absent.
+	ByState map[string]int64
+	// OldestPendingAge is the oldest pending intent's age, 0 when none.
+	OldestPendingAge time.Duration
+}
+
+// CountByState counts intents per state in one statement.
+func (q *Queries) CountByState(ctx context.Context, db Querier) (*StateCounts, error) {
+	rows, err := db.Query(ctx, q.sqlCountByState)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := &StateCounts{ByState: map[string]int64{}}
+	var oldest float64
+	for rows.Next() {
+		var state string
+		var n int64
+		var age float64
+		if err := rows.Scan(&state, &n, &age); err != nil {
+			return nil, err
+		}
+		out.ByState[state] = n
+		oldest = max(oldest, age)
+	}
+	out.OldestPendingAge = time.Duration(oldest * float64(time.Second))
+	return out, rows.Err()
+}
+
+// CreatedAt returns when the intent (namespace, key) was created, or
+// pgx.ErrNoRows.
+func (q *Queries) CreatedAt(ctx context.Context, db Querier, namespace, key string) (time.Time, error) {
+	var t time.Time
+	err := db.QueryRow(ctx, q.sqlCreatedAt, namespace, key).Scan(&t)
+	return t, err
+}

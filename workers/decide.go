@@ -1,0 +1,182 @@
+package workers
+
+import (
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/outbox"
+)
+
+// Step is where in an attempt a decision is taken.
+type Step int
+
+const (
+	// StepStart is before anything is sent: the attempt may finish at once,
+	// look the intent up at the provider, or send.
+	StepStart Step = iota
+	// StepLookedUp is after a reconcilable effect's look-up.
+	StepLookedUp
+	// StepCalled is after the provider call.
+	StepCalled
+)
+
+// Action is what an attempt does next.
+type Action int
+
+const (
+	// ActionFinish records Decision.State (fenced) and ends the attempt.
+	ActionFinish Action = iota
+	// ActionLookup asks the provider, by provider key, whether the effect
+	// exists (reconcilable effects after a lost outcome).
+	ActionLookup
+	// ActionSend calls the provider.
+	ActionSend
+)
+
+// Situation is what an attempt knows at a decision point. Every field is a
+// fact read from the intent, the job or the provider's answer; Decide is the
+// only place that turns facts into a next state.
+type Situation struct {
+	// Step is where the attempt stands.
+	Step Step
+	// Guarantee is the effect's guarantee for the intent's arguments.
+	Guarantee effects.Guarantee
+	// Lost is true when an earlier attempt's outcome was lost (it claimed
+	// the intent, or ran its River attempt, and recorded nothing), or when
+	// an at-most-once intent is marked as possibly sent.
+	Lost bool
+	// MaybeSent is true when any earlier attempt may have reached the
+	// provider.
+	MaybeSent bool
+	// PastWindow is true when the intent is older than the provider's
+	// dedupe window (deduplicated effects).
+	PastWindow bool
+	// Exhausted is true when an earlier attempt was the last one allowed
+	// and died: this attempt may not send.
+	Exhausted bool
+	// Last is true when this attempt is the last one allowed.
+	Last bool
+
+	// Found is the look-up's answer (StepLookedUp).
+	Found bool
+	// LookupFailed is true when the look-up itself failed (StepLookedUp).
+	LookupFailed bool
+
+	// Class is the call's error class, empty when the call succeeded
+	// (StepCalled).
+	Class effects.Class
+}
+
+// Decision is what an attempt does next.
+type Decision struct {
+	// Action is the next step.
+	Action Action
+	// State is the state to record (ActionFinish).
+	State outbox.State
+	// Code is the error code to record, when the table decides it; empty
+	// means the provider's own code (or no error, for succeeded).
+	Code string
+	// Outcome labels the attempt in outbox_effect_attempts_total.
+	Outcome string
+	// MaybeSent records that an attempt may have reached the provider.
+	MaybeSent bool
+	// KeepLease keeps a running intent's lease: a request that may still be
+	// in flight must not be looked up before its lease ends.
+	KeepLease bool
+	// Retry returns an error to River after recording, so that River retries
+	// with its backoff.
+	Retry bool
+}
+
+// Decide is the intent state machine, as one pure function. Every row below
+// is covered by TestDecide.
+//
+// At the start of an attempt (StepStart), in this order:
+//
+//	exhausted, nothing may have been sent         -> failed  (attempts_exhausted)
+//	exhausted, something may have been sent       -> unknown (attempts_exhausted)
+//	lost outcome, at_most_once                    -> unknown (outcome_lost)
+//	lost outcome, reconcilable                    -> look up
+//	maybe sent, deduplicated, past the window     -> unknown (dedupe_window_passed)
+//	otherwise                                     -> send
+//
+// After a look-up (StepLookedUp):
+//
+//	look-up failed -> running, maybe sent, lease released, retry (lookup_failed)
+//	found          -> succeeded (reconciled)
+//	not found      -> send again, with the same provider key
+//
+// After the call (StepCalled):
+//
+//	success                                -> succeeded
+//	permanent                              -> failed
+//	not sent, attempts left                -> pending, retry
+//	not sent, last attempt                 -> failed, or unknown if an earlier attempt may have been sent (attempts_exhausted)
+//	ambiguous, at_most_once                -> unknown
+//	ambiguous, reconcilable, attempts left -> running, lease kept, retry (looked up once the lease ends)
+//	ambiguous, deduplicated, attempts left -> pending, retry with the same provider key
+//	ambiguous, last attempt                -> unknown
+//
+// Every ambiguous outcome records that the attempt may have reached the
+// provider.
+func Decide(s Situation) Decision {
+	mayHaveSent := s.MaybeSent || s.Lost
+	exhausted := func(outcome string) Decision {
+		if mayHaveSent {
+			return Decision{State: outbox.StateUnknown, Code: codeAttemptsExhausted, Outcome: outcome, MaybeSent: true}
+		}
+		return Decision{State: outbox.StateFailed, Code: codeAttemptsExhausted, Outcome: outcome}
+	}
+	switch s.Step {
+	case StepStart:
+		switch {
+		case s.Exhausted:
+			return exhausted("exhausted")
+		case s.Lost && s.Guarantee == effects.GuaranteeAtMostOnce:
+			return Decision{State: outbox.StateUnknown, Code: codeOutcomeLost, Outcome: "unknown", MaybeSent: true}
+		case s.Lost && s.Guarantee == effects.GuaranteeReconcilable:
+			return Decision{Action: ActionLookup}
+		case s.MaybeSent && s.Guarantee == effects.GuaranteeDeduplicated && s.PastWindow:
+			return Decision{State: outbox.StateUnknown, Code: codeDedupeWindowPassed, Outcome: "unknown", MaybeSent: true}
+		}
+		return Decision{Action: ActionSend}
+
+	case StepLookedUp:
+		switch {
+		case s.LookupFailed:
+			return Decision{State: outbox.StateRunning, Code: codeLookupFailed, Outcome: "lookup_failed", MaybeSent: true, Retry: true}
+		case s.Found:
+			return Decision{State: outbox.StateSucceeded, Outcome: "reconciled"}
+		}
+		return Decision{Action: ActionSend}
+	}
+
+	switch s.Class {
+	case "":
+		return Decision{State: outbox.StateSucceeded, Outcome: "succeeded"}
+	case effects.ClassPermanent:
+		return Decision{State: outbox.StateFailed, Outcome: "failed"}
+	case effects.ClassNotSent:
+		if s.Last {
+			return exhausted("not_sent")
+		}
+		return Decision{State: outbox.StatePending, Outcome: "not_sent", Retry: true}
+	}
+	// Ambiguous, or a class no effect should return: assume the worst.
+	ambiguous := Decision{State: outbox.StateUnknown, Outcome: "ambiguous", MaybeSent: true}
+	switch {
+	case s.Last || s.Guarantee == effects.GuaranteeAtMostOnce:
+		return ambiguous
+	case s.Guarantee == effects.GuaranteeReconcilable:
+		ambiguous.State, ambiguous.KeepLease, ambiguous.Retry = outbox.StateRunning, true, true
+	default: // deduplicated: the same provider key makes a retry safe
+		ambiguous.State, ambiguous.Retry = outbox.StatePending, true
+	}
+	return ambiguous
+}
+
+// Error codes the state machine records itself.
+const (
+	codeAttemptsExhausted  = "attempts_exhausted"
+	codeDedupeWindowPassed = "dedupe_window_passed"
+	codeLookupFailed       = "lookup_failed"
+	codeOutcomeLost        = "outcome_lost"
+)

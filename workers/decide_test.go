@@ -1,0 +1,123 @@
+package workers
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/outbox"
+)
+
+// TestDecide covers every row of Decide's table, without a database.
+func TestDecide(t *testing.T) {
+	t.Parallel()
+
+	const (
+		dedup = effects.GuaranteeDeduplicated
+		recon = effects.GuaranteeReconcilable
+		amo   = effects.GuaranteeAtMostOnce
+	)
+	send := Decision{Action: ActionSend}
+	finish := func(state outbox.State, code, outcome string) Decision {
+		return Decision{State: state, Code: code, Outcome: outcome}
+	}
+	maybeSent := func(d Decision) Decision { d.MaybeSent = true; return d }
+	retry := func(d Decision) Decision { d.Retry = true; return d }
+
+	tests := []struct {
+		name string
+		sit  Situation
+		want Decision
+	}{
+		// At the start of an attempt.
+		{"StartFirstAttemptSends", Situation{Guarantee: amo}, send},
+		{"StartExhaustedNothingSentFails", Situation{Guarantee: dedup, Exhausted: true},
+			finish(outbox.StateFailed, codeAttemptsExhausted, "exhausted")},
+		{"StartExhaustedMaybeSentIsUnknown", Situation{Guarantee: dedup, Exhausted: true, MaybeSent: true},
+			maybeSent(finish(outbox.StateUnknown, codeAttemptsExhausted, "exhausted"))},
+		{"StartExhaustedComesBeforeLookup", Situation{Guarantee: recon, Exhausted: true, Lost: true},
+			maybeSent(finish(outbox.StateUnknown, codeAttemptsExhausted, "exhausted"))},
+		{"StartLostAtMostOnceIsUnknown", Situation{Guarantee: amo, Lost: true, MaybeSent: true},
+			maybeSent(finish(outbox.StateUnknown, codeOutcomeLost, "unknown"))},
+		{"StartLostReconcilableLooksUp", Situation{Guarantee: recon, Lost: true}, Decision{Action: ActionLookup}},
+		{"StartLostDeduplicatedSendsAgain", Situation{Guarantee: dedup, Lost: true, MaybeSent: true}, send},
+		{"StartDeduplicatedPastWindowMaybeSentIsUnknown", Situation{Guarantee: dedup, MaybeSent: true, PastWindow: true},
+			maybeSent(finish(outbox.StateUnknown, codeDedupeWindowPassed, "unknown"))},
+		{"StartDeduplicatedPastWindowNeverSentSends", Situation{Guarantee: dedup, PastWindow: true}, send},
+		{"StartReconcilablePastWindowIgnoresWindow", Situation{Guarantee: recon, MaybeSent: true, PastWindow: true}, send},
+
+		// After a look-up.
+		{"LookupFailedRetriesReleasingTheLease", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true, LookupFailed: true},
+			retry(maybeSent(finish(outbox.StateRunning, codeLookupFailed, "lookup_failed")))},
+		{"LookupFoundSucceeds", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true, Found: true},
+			finish(outbox.StateSucceeded, "", "reconciled")},
+		{"LookupNotFoundSendsAgain", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true}, send},
+
+		// After the call.
+		{"CalledSuccessSucceeds", Situation{Step: StepCalled, Guarantee: amo},
+			finish(outbox.StateSucceeded, "", "succeeded")},
+		{"CalledPermanentFails", Situation{Step: StepCalled, Guarantee: dedup, Class: effects.ClassPermanent},
+			finish(outbox.StateFailed, "", "failed")},
+		{"CalledPermanentOnLastAttemptFails", Situation{Step: StepCalled, Guarantee: dedup, Class: effects.ClassPermanent, Last: true},
+			finish(outbox.StateFailed, "", "failed")},
+		{"CalledNotSentRetries", Situation{Step: StepCalled, Guarantee: amo, Class: effects.ClassNotSent},
+			retry(finish(outbox.StatePending, "", "not_sent"))},
+		{"CalledNotSentLastFails", Situation{Step: StepCalled, Guarantee: amo, Class: effects.ClassNotSent, Last: true},
+			finish(outbox.StateFailed, codeAttemptsExhausted, "not_sent")},
+		{"CalledNotSentLastAfterMaybeSentIsUnknown", Situation{Step: StepCalled, Guarantee: dedup, Class: effects.ClassNotSent, Last: true, MaybeSent: true},
+			maybeSent(finish(outbox.StateUnknown, codeAttemptsExhausted, "not_sent"))},
+		{"CalledAmbiguousAtMostOnceIsUnknown", Situation{Step: StepCalled, Guarantee: amo, Class: effects.ClassAmbiguous},
+			maybeSent(finish(outbox.StateUnknown, "", "ambiguous"))},
+		{"CalledAmbiguousReconcilableKeepsTheLease", Situation{Step: StepCalled, Guarantee: recon, Class: effects.ClassAmbiguous},
+			Decision{State: outbox.StateRunning, Outcome: "ambiguous", MaybeSent: true, KeepLease: true, Retry: true}},
+		{"CalledAmbiguousDeduplicatedRetries", Situation{Step: StepCalled, Guarantee: dedup, Class: effects.ClassAmbiguous},
+			retry(maybeSent(finish(outbox.StatePending, "", "ambiguous")))},
+		{"CalledAmbiguousReconcilableLastIsUnknown", Situation{Step: StepCalled, Guarantee: recon, Class: effects.ClassAmbiguous, Last: true},
+			maybeSent(finish(outbox.StateUnknown, "", "ambiguous"))},
+		{"CalledAmbiguousDeduplicatedLastIsUnknown", Situation{Step: StepCalled, Guarantee: dedup, Class: effects.ClassAmbiguous, Last: true},
+			maybeSent(finish(outbox.StateUnknown, "", "ambiguous"))},
+		{"CalledUnknownClassIsAmbiguous", Situation{Step: StepCalled, Guarantee: amo, Class: effects.Class("bogus")},
+			maybeSent(finish(outbox.StateUnknown, "", "ambiguous"))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, Decide(tt.sit))
+		})
+	}
+}
+
+// TestDecideNeverResendsWhatMayHaveBeenSent checks one property over every
+// combination of facts: an at-most-once intent that may have been sent is
+// never sent again, and a deduplicated one past its window is never sent
+// again.
+func TestDecideNeverResendsWhatMayHaveBeenSent(t *testing.T) {
+	t.Parallel()
+
+	bools := []bool{false, true}
+	for _, g := range []effects.Guarantee{effects.GuaranteeDeduplicated, effects.GuaranteeReconcilable, effects.GuaranteeAtMostOnce} {
+		for _, lost := range bools {
+			for _, maybe := range bools {
+				for _, past := range bools {
+					for _, exhausted := range bools {
+						sit := Situation{Guarantee: g, Lost: lost, MaybeSent: maybe, PastWindow: past, Exhausted: exhausted}
+						d := Decide(sit)
+						if exhausted {
+							require.Equal(t, ActionFinish, d.Action, "%+v", sit)
+						}
+						if g == effects.GuaranteeAtMostOnce && lost {
+							require.NotEqual(t, ActionSend, d.Action, "%+v", sit)
+						}
+						if g == effects.GuaranteeDeduplicated && maybe && past {
+							require.NotEqual(t, ActionSend, d.Action, "%+v", sit)
+						}
+						if d.Action == ActionFinish && d.State == outbox.StateFailed {
+							require.False(t, maybe || lost, "failed after a possible send: %+v", sit)
+						}
+					}
+				}
+			}
+		}
+	}
+}
