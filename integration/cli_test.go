@@ -48,7 +48,7 @@ func TestCommandLine(t *testing.T) {
 	require.Contains(t, errOut, "duplicate")
 
 	_, errOut, code = e.run("enqueue", "--key", "order-1234", "--effect", "noop", "--args", `{"order": 1234, "amount": 2999}`)
-	require.Equal(t, 1, code)
+	require.Equal(t, 3, code, "refused by the contract")
 	require.Contains(t, errOut, "idempotency_key_reused")
 
 	out, _, code = e.run("intents", "list", "--json")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/sethvargo/go-envconfig"
@@ -15,11 +16,20 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// Exit codes.
+// Exit codes. Scripts can tell a refusal by the contract (the same key for
+// another action, a cancel too late, a resolve of an intent that is not
+// unknown) from a failure to do the work at all.
 const (
-	ExitOK      = 0
+	// ExitOK is success.
+	ExitOK = 0
+	// ExitFailure is an error: the database is down, a bad configuration,
+	// a wait that ran out.
 	ExitFailure = 1
-	ExitUsage   = 2
+	// ExitUsage is a mistake in the command line.
+	ExitUsage = 2
+	// ExitRefused is a refusal by the contract: idempotency_key_reused,
+	// not_cancellable or not_unknown.
+	ExitRefused = 3
 )
 
 // Main runs outboxd with args (the arguments after the program's name),
@@ -100,7 +110,9 @@ Run 'outboxd <command> --help' for a command's usage.
 
 Environment (variable, default, meaning):
 %s
-Exit codes: 0 success, 1 failure, 2 usage error.
+Exit codes: 0 success, 1 failure (database down, bad configuration), 2 usage
+error, 3 refused by the contract (idempotency_key_reused, not_cancellable,
+not_unknown).
 `
 
 func writeMainUsage(w io.Writer) {
@@ -114,10 +126,15 @@ func writeMainUsage(w io.Writer) {
 
 func (a *app) run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return &usageError{msg: "no command given"}
+		// A bare outboxd is a question: answer with the usage, but as a
+		// usage error, so a script that forgot its command fails.
+		writeMainUsage(a.stderr)
+		return &exitError{code: ExitUsage}
 	}
 	name, rest := args[0], args[1:]
 	switch name {
+	case "-version", "--version":
+		return a.version(ctx, rest)
 	case "-h", "-help", "--help", "help":
 		if name == "help" && len(rest) > 0 {
 			// outboxd help <command> is outboxd <command> --help.
@@ -168,10 +185,22 @@ func (a *app) exitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, &exitErr):
 		return exitErr.code
+	case refused(err):
+		fmt.Fprintf(a.stderr, "outboxd: %s\n", errorLine(err))
+		return ExitRefused
 	default:
 		fmt.Fprintf(a.stderr, "outboxd: %s\n", errorLine(err))
 		return ExitFailure
 	}
+}
+
+// refused reports whether err is a refusal by the contract (ExitRefused).
+func refused(err error) bool {
+	switch outbox.ErrorCode(err) {
+	case outbox.CodeIdempotencyKeyReused, outbox.CodeNotCancellable, outbox.CodeNotUnknown:
+		return true
+	}
+	return false
 }
 
 // errorLine is err as one line. An outbox error is reported as itself,
@@ -228,7 +257,7 @@ func (a *app) parse(cmd *command, fs *flag.FlagSet, args []string, minArgs, maxA
 				writeUsage(a.stdout, cmd, fs)
 				return nil, flag.ErrHelp
 			}
-			return nil, &usageError{cmd: cmd.name, msg: err.Error()}
+			return nil, &usageError{cmd: cmd.name, msg: flagError(err, args)}
 		}
 		rest := fs.Args()
 		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
@@ -248,6 +277,25 @@ func (a *app) parse(cmd *command, fs *flag.FlagSet, args []string, minArgs, maxA
 		return nil, &usageError{cmd: cmd.name, msg: fmt.Sprintf("unexpected argument %q", positional[maxArgs])}
 	}
 	return positional, nil
+}
+
+// flagNameRE finds a flag's name in the flag package's messages, which
+// write it with one dash ("flag provided but not defined: -namespace").
+var flagNameRE = regexp.MustCompile(`(^|\s)-([a-zA-Z][a-zA-Z0-9-]*)`)
+
+// flagError is a flag package error with each flag written as it was typed
+// in args: with two dashes, as the help writes them, unless it was typed
+// with one.
+func flagError(err error, args []string) string {
+	return flagNameRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		lead, name, _ := strings.Cut(m, "-")
+		for _, arg := range args {
+			if arg == "-"+name || strings.HasPrefix(arg, "-"+name+"=") {
+				return m
+			}
+		}
+		return lead + "--" + name
+	})
 }
 
 // writeUsage prints cmd's help: synopsis, explanation and flags.

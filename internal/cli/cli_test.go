@@ -143,19 +143,23 @@ func TestUsageErrors(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		"NoCommand":         {nil, "no command given"},
-		"UnknownCommand":    {[]string{"frobnicate"}, `unknown command "frobnicate"`},
-		"UnknownSubcommand": {[]string{"migrate", "sideways"}, `unknown subcommand "sideways"`},
-		"MissingSubcommand": {[]string{"intents"}, "missing subcommand"},
-		"UnknownFlag":       {[]string{"intents", "list", "--bogus"}, "flag provided but not defined: -bogus"},
-		"BadFlagValue":      {[]string{"intents", "list", "--limit", "many"}, `invalid value "many" for flag -limit`},
-		"MissingKey":        {[]string{"intents", "show"}, "missing arguments"},
-		"ExtraArgument":     {[]string{"intents", "cancel", "a", "b"}, `unexpected argument "b"`},
-		"MissingEffect":     {[]string{"enqueue", "--key", "k", "--args", "{}"}, "--effect is required"},
-		"MissingArgs":       {[]string{"enqueue", "--key", "k", "--effect", "noop"}, "--args is required"},
-		"MissingOutcome":    {[]string{"intents", "resolve", "k"}, "--outcome is required"},
-		"BadOutcome":        {[]string{"intents", "resolve", "k", "--outcome", "maybe"}, "--outcome must be succeeded, failed or retry"},
-		"VersionArgument":   {[]string{"version", "now"}, `unexpected argument "now"`},
+		"UnknownCommand":     {[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		"UnknownSubcommand":  {[]string{"migrate", "sideways"}, `unknown subcommand "sideways"`},
+		"MissingSubcommand":  {[]string{"intents"}, "missing subcommand"},
+		"UnknownFlag":        {[]string{"intents", "list", "--bogus"}, "flag provided but not defined: --bogus"},
+		"UnknownFlagOneDash": {[]string{"intents", "list", "-bogus"}, "flag provided but not defined: -bogus"},
+		"BadFlagValue":       {[]string{"intents", "list", "--limit", "many"}, `invalid value "many" for flag --limit`},
+		"LimitZero":          {[]string{"intents", "list", "--limit", "0"}, "--limit must be between 1 and 1000"},
+		"LimitTooLarge":      {[]string{"intents", "list", "--limit=1001"}, "--limit must be between 1 and 1000"},
+		"BadNamespace":       {[]string{"intents", "list", "--namespace", "a b"}, "--namespace invalid_key"},
+		"DownAllWithoutYes":  {[]string{"migrate", "down", "--all"}, "add --yes to confirm"},
+		"MissingKey":         {[]string{"intents", "show"}, "missing arguments"},
+		"ExtraArgument":      {[]string{"intents", "cancel", "a", "b"}, `unexpected argument "b"`},
+		"MissingEffect":      {[]string{"enqueue", "--key", "k", "--args", "{}"}, "--effect is required"},
+		"MissingArgs":        {[]string{"enqueue", "--key", "k", "--effect", "noop"}, "--args is required"},
+		"MissingOutcome":     {[]string{"intents", "resolve", "k"}, "--outcome is required"},
+		"BadOutcome":         {[]string{"intents", "resolve", "k", "--outcome", "maybe"}, "--outcome must be succeeded, failed or retry"},
+		"VersionArgument":    {[]string{"version", "now"}, `unexpected argument "now"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -168,8 +172,25 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+func TestNoCommandPrintsUsage(t *testing.T) {
+	t.Parallel()
+
+	res := runEnv(t, nil, nil)
+	require.Equal(t, 2, res.code)
+	require.Empty(t, res.stdout)
+	require.Contains(t, res.stderr, "Usage:\n  outboxd <command> [arguments]")
+	require.Contains(t, res.stderr, "3 refused by the contract")
+}
+
 func TestVersion(t *testing.T) {
 	t.Parallel()
+
+	t.Run("Flag", func(t *testing.T) {
+		t.Parallel()
+		res := runEnv(t, nil, nil, "--version")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.True(t, strings.HasPrefix(res.stdout, "outboxd "), res.stdout)
+	})
 
 	res := runEnv(t, nil, nil, "version")
 	require.Equal(t, 0, res.code)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/cli"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -40,7 +41,7 @@ func TestEnqueue(t *testing.T) {
 		require.Equal(t, 1, bundle.countIntents(t))
 
 		res = bundle.run(t, "enqueue", "--key", "order-1", "--effect", "noop", "--args", `{"n": 2}`)
-		require.Equal(t, 1, res.code)
+		require.Equal(t, cli.ExitRefused, res.code)
 		require.Empty(t, res.stdout)
 		require.True(t, strings.HasPrefix(res.stderr, "outboxd: idempotency_key_reused: "), res.stderr)
 		require.Equal(t, 1, strings.Count(res.stderr, "\n"))

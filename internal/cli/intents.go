@@ -2,12 +2,16 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/outbox"
@@ -27,7 +31,7 @@ Subcommands:
 	}
 	cmdIntentsList = &command{
 		name: "intents list",
-		args: "[--state S[,S...]] [--effect E] [--limit N] [--cursor C] [--json]",
+		args: "[--state S[,S...]] [--effect E] [--limit N] [--cursor C] [--namespace NS] [--json]",
 		doc: `Lists intents, newest first, as a table (key, state, effect, attempts,
 created_at) or with --json as {"intents": [...], "next_cursor": ...}, where
 next_cursor is null on the last page. When there are more, the table is
@@ -35,21 +39,21 @@ followed by a note on stderr giving the --cursor of the next page.`,
 	}
 	cmdIntentsShow = &command{
 		name: "intents show",
-		args: "KEY [--wait DURATION]",
-		doc: `Prints the intent as JSON. With --wait, first waits until it is terminal
+		args: "KEY [--wait DURATION] [--namespace NS] [--json]",
+		doc: `Prints the intent as JSON (--json is accepted for symmetry with list). With --wait, first waits until it is terminal
 (succeeded, failed, unknown or cancelled) or the duration ends, and prints it
 either way; the exit code is then 1 if it is still not terminal.`,
 	}
 	cmdIntentsCancel = &command{
 		name: "intents cancel",
-		args: "KEY",
+		args: "KEY [--namespace NS]",
 		doc: `Cancels a pending intent and prints it as JSON. Fails with not_cancellable
 once it has left pending, or when an earlier attempt may have reached the
 provider.`,
 	}
 	cmdIntentsResolve = &command{
 		name: "intents resolve",
-		args: "KEY --outcome succeeded|failed|retry [--note TEXT]",
+		args: "KEY --outcome succeeded|failed|retry [--note TEXT] [--namespace NS]",
 		doc: `Moves an unknown intent on, as an operator's decision: succeeded (the effect
 did happen), failed (it did not, and must not be sent again) or retry (send it
 again, knowingly). Prints the intent as JSON. Fails with not_unknown for an
@@ -79,8 +83,13 @@ func (a *app) intentsList(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", outbox.ListLimitDefault, "page size `N`, at most "+strconv.Itoa(outbox.ListLimitMax))
 	cursor := fs.String("cursor", "", "continue a previous listing from its next `CURSOR`")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	namespace := namespaceFlag(fs)
 	if _, err := a.parse(cmdIntentsList, fs, args, 0, 0); err != nil {
 		return err
+	}
+	// Zero is not "the default" here: the HTTP API refuses limit=0 too.
+	if *limit < 1 || *limit > outbox.ListLimitMax {
+		return &usageError{cmd: cmdIntentsList.name, msg: "--limit must be between 1 and " + strconv.Itoa(outbox.ListLimitMax)}
 	}
 	params := &outbox.ListParams{Cursor: *cursor, Effect: *effect, Limit: *limit}
 	if *states != "" {
@@ -89,7 +98,7 @@ func (a *app) intentsList(ctx context.Context, args []string) error {
 		}
 	}
 
-	client, pool, cfg, err := a.newClient(ctx)
+	client, pool, cfg, err := a.newClient(ctx, namespace)
 	if err != nil {
 		return err
 	}
@@ -97,7 +106,7 @@ func (a *app) intentsList(ctx context.Context, args []string) error {
 	params.Namespace = cfg.Namespace
 	res, err := client.List(ctx, params)
 	if err != nil {
-		return err
+		return unmigrated(cfg, err)
 	}
 
 	if *asJSON {
@@ -127,6 +136,8 @@ const waitRereadTimeout = 10 * time.Second
 func (a *app) intentsShow(ctx context.Context, args []string) error {
 	fs := newFlagSet(cmdIntentsShow)
 	wait := fs.Duration("wait", 0, "wait up to `DURATION` (such as 30s) for the intent to be terminal")
+	fs.Bool("json", true, "print JSON (always)")
+	namespace := namespaceFlag(fs)
 	positional, err := a.parse(cmdIntentsShow, fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -136,7 +147,7 @@ func (a *app) intentsShow(ctx context.Context, args []string) error {
 	}
 	key := positional[0]
 
-	client, pool, cfg, err := a.newClient(ctx)
+	client, pool, cfg, err := a.newClient(ctx, namespace)
 	if err != nil {
 		return err
 	}
@@ -144,7 +155,7 @@ func (a *app) intentsShow(ctx context.Context, args []string) error {
 	if *wait == 0 {
 		intent, err := client.Get(ctx, cfg.Namespace, key)
 		if err != nil {
-			return err
+			return unmigrated(cfg, err)
 		}
 		return writeJSON(a.stdout, intent)
 	}
@@ -154,7 +165,7 @@ func (a *app) intentsShow(ctx context.Context, args []string) error {
 	intent, err := client.Wait(waitCtx, cfg.Namespace, key)
 	if err != nil {
 		if waitCtx.Err() == nil || ctx.Err() != nil {
-			return err
+			return unmigrated(cfg, err)
 		}
 		// The wait ran out, possibly in the middle of a read: read the
 		// intent once more, to print how it stands now.
@@ -175,18 +186,20 @@ func (a *app) intentsShow(ctx context.Context, args []string) error {
 }
 
 func (a *app) intentsCancel(ctx context.Context, args []string) error {
-	positional, err := a.parse(cmdIntentsCancel, newFlagSet(cmdIntentsCancel), args, 1, 1)
+	fs := newFlagSet(cmdIntentsCancel)
+	namespace := namespaceFlag(fs)
+	positional, err := a.parse(cmdIntentsCancel, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	client, pool, cfg, err := a.newClient(ctx)
+	client, pool, cfg, err := a.newClient(ctx, namespace)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	intent, err := client.Cancel(ctx, cfg.Namespace, positional[0])
 	if err != nil {
-		return err
+		return unmigrated(cfg, err)
 	}
 	if err := writeJSON(a.stdout, intent); err != nil {
 		return err
@@ -199,6 +212,7 @@ func (a *app) intentsResolve(ctx context.Context, args []string) error {
 	fs := newFlagSet(cmdIntentsResolve)
 	outcome := fs.String("outcome", "", "the `OUTCOME`: succeeded, failed or retry (required)")
 	note := fs.String("note", "", "records `TEXT` saying why")
+	namespace := namespaceFlag(fs)
 	positional, err := a.parse(cmdIntentsResolve, fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -210,7 +224,7 @@ func (a *app) intentsResolve(ctx context.Context, args []string) error {
 	default:
 		return &usageError{cmd: cmdIntentsResolve.name, msg: fmt.Sprintf("--outcome must be succeeded, failed or retry, not %q", o)}
 	}
-	client, pool, cfg, err := a.newClient(ctx)
+	client, pool, cfg, err := a.newClient(ctx, namespace)
 	if err != nil {
 		return err
 	}
@@ -222,7 +236,7 @@ func (a *app) intentsResolve(ctx context.Context, args []string) error {
 		Outcome:   outbox.Outcome(*outcome),
 	})
 	if err != nil {
-		return err
+		return unmigrated(cfg, err)
 	}
 	if err := writeJSON(a.stdout, intent); err != nil {
 		return err
@@ -231,13 +245,35 @@ func (a *app) intentsResolve(ctx context.Context, args []string) error {
 	return nil
 }
 
+// namespaceFlag adds --namespace to fs: the namespace to act in, instead of
+// OUTBOX_NAMESPACE.
+func namespaceFlag(fs *flag.FlagSet) *string {
+	return fs.String("namespace", "", "act in `NAMESPACE` (default: OUTBOX_NAMESPACE)")
+}
+
+// unmigrated turns the error of a statement on a schema without outbox's
+// tables into the advice serve gives.
+func unmigrated(cfg *Config, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UndefinedTable || pgErr.Code == pgerrcode.InvalidSchemaName || pgErr.Code == pgerrcode.UndefinedFunction) {
+		return fmt.Errorf("schema %s has no outbox tables: run outboxd migrate up", cfg.Schema)
+	}
+	return err
+}
+
 // newClient reads the configuration and returns a client without effects,
 // for the commands that only read and resolve intents, with its pool to
-// close.
-func (a *app) newClient(ctx context.Context) (*outbox.Client, *pgxpool.Pool, *Config, error) {
+// close. A non-empty *namespace overrides OUTBOX_NAMESPACE.
+func (a *app) newClient(ctx context.Context, namespace *string) (*outbox.Client, *pgxpool.Pool, *Config, error) {
 	cfg, err := a.config(ctx)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if namespace != nil && *namespace != "" {
+		if err := outbox.ValidateNamespace(*namespace); err != nil {
+			return nil, nil, nil, &usageError{msg: "--namespace " + err.Error()}
+		}
+		cfg.Namespace = *namespace
 	}
 	pool, err := connect(ctx, cfg, 0)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/cli"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -78,6 +79,14 @@ func TestIntents(t *testing.T) {
 		res = runEnv(t, with(bundle.env, "OUTBOX_NAMESPACE", "other"), nil, "intents", "list", "--json")
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Empty(t, decode[intentList](t, res.stdout).Intents)
+
+		// --namespace wins over OUTBOX_NAMESPACE.
+		res = runEnv(t, with(bundle.env, "OUTBOX_NAMESPACE", "other"), nil, "intents", "list", "--json", "--namespace", "default")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.NotEmpty(t, decode[intentList](t, res.stdout).Intents)
+		res = bundle.run(t, "intents", "show", "a-2", "--namespace", "other", "--json")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "not_found")
 	})
 
 	t.Run("Show", func(t *testing.T) {
@@ -108,7 +117,7 @@ func TestIntents(t *testing.T) {
 
 	t.Run("CancelAndResolve", func(t *testing.T) {
 		res := bundle.run(t, "intents", "resolve", "a-1", "--outcome", "failed")
-		require.Equal(t, 1, res.code)
+		require.Equal(t, cli.ExitRefused, res.code)
 		require.Equal(t, "outboxd: not_unknown: intent is pending\n", res.stderr)
 
 		res = bundle.run(t, "intents", "cancel", "a-1")
@@ -117,7 +126,7 @@ func TestIntents(t *testing.T) {
 		require.Equal(t, "cancelled intent a-1\n", res.stderr)
 
 		res = bundle.run(t, "intents", "cancel", "a-1")
-		require.Equal(t, 1, res.code)
+		require.Equal(t, cli.ExitRefused, res.code)
 		require.Equal(t, "outboxd: not_cancellable: intent is cancelled\n", res.stderr)
 
 		res = bundle.run(t, "intents", "cancel", "missing")

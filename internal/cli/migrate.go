@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 
 	"github.com/outbox-dev/outbox/migrations"
@@ -28,16 +27,19 @@ Subcommands:
 	}
 	cmdMigrateDown = &command{
 		name: "migrate down",
-		args: "[--all]",
+		args: "[--all --yes]",
 		doc: `Reverts the newest outbox migration, or with --all every outbox migration and
 then every River migration, dropping their tables and the intents in them.
+--all destroys every intent and job of the schema, so it also asks for --yes.
 Prints each one reverted.`,
 	}
 	cmdMigrateStatus = &command{
 		name: "migrate status",
+		args: "[--json]",
 		doc: `Prints River's and outbox's applied (current) and known (latest) migration
-versions, then "up to date" or "pending migrations". The exit code is 0 either
-way; 1 only when the state cannot be read.`,
+versions, then "up to date" or "pending migrations"; with --json, an object
+with those four versions and up_to_date. The exit code is 0 either way; 1 only
+when the state cannot be read.`,
 	}
 )
 
@@ -49,12 +51,9 @@ func (a *app) migrate(ctx context.Context, args []string) error {
 	})
 }
 
-// migrator parses cmd's command line, reads the configuration and returns a
-// migrator for its schema, and a function to release it.
-func (a *app) migrator(ctx context.Context, cmd *command, fs *flag.FlagSet, args []string) (*migrations.Migrator, func(), error) {
-	if _, err := a.parse(cmd, fs, args, 0, 0); err != nil {
-		return nil, nil, err
-	}
+// migrator reads the configuration and returns a migrator for its schema,
+// and a function to release it.
+func (a *app) migrator(ctx context.Context) (*migrations.Migrator, func(), error) {
 	cfg, err := a.config(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -72,7 +71,10 @@ func (a *app) migrator(ctx context.Context, cmd *command, fs *flag.FlagSet, args
 }
 
 func (a *app) migrateUp(ctx context.Context, args []string) error {
-	migrator, done, err := a.migrator(ctx, cmdMigrateUp, newFlagSet(cmdMigrateUp), args)
+	if _, err := a.parse(cmdMigrateUp, newFlagSet(cmdMigrateUp), args, 0, 0); err != nil {
+		return err
+	}
+	migrator, done, err := a.migrator(ctx)
 	if err != nil {
 		return err
 	}
@@ -88,7 +90,14 @@ func (a *app) migrateUp(ctx context.Context, args []string) error {
 func (a *app) migrateDown(ctx context.Context, args []string) error {
 	fs := newFlagSet(cmdMigrateDown)
 	all := fs.Bool("all", false, "revert every migration, River's too, leaving the schema empty")
-	migrator, done, err := a.migrator(ctx, cmdMigrateDown, fs, args)
+	yes := fs.Bool("yes", false, "confirm --all")
+	if _, err := a.parse(cmdMigrateDown, fs, args, 0, 0); err != nil {
+		return err
+	}
+	if *all && !*yes {
+		return &usageError{cmd: cmdMigrateDown.name, msg: "--all drops every intent and job of the schema: add --yes to confirm"}
+	}
+	migrator, done, err := a.migrator(ctx)
 	if err != nil {
 		return err
 	}
@@ -114,7 +123,12 @@ func (a *app) printApplied(res *migrations.Result, verb, none string) {
 }
 
 func (a *app) migrateStatus(ctx context.Context, args []string) error {
-	migrator, done, err := a.migrator(ctx, cmdMigrateStatus, newFlagSet(cmdMigrateStatus), args)
+	fs := newFlagSet(cmdMigrateStatus)
+	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	if _, err := a.parse(cmdMigrateStatus, fs, args, 0, 0); err != nil {
+		return err
+	}
+	migrator, done, err := a.migrator(ctx)
 	if err != nil {
 		return err
 	}
@@ -122,6 +136,13 @@ func (a *app) migrateStatus(ctx context.Context, args []string) error {
 	st, err := migrator.Status(ctx)
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		return writeJSON(a.stdout, map[string]any{
+			"river_current": st.RiverCurrent, "river_latest": st.RiverLatest,
+			"outbox_current": st.OutboxCurrent, "outbox_latest": st.OutboxLatest,
+			"up_to_date": st.UpToDate(),
+		})
 	}
 	fmt.Fprintf(a.stdout, "river   current %03d latest %03d\n", st.RiverCurrent, st.RiverLatest)
 	fmt.Fprintf(a.stdout, "outbox  current %03d latest %03d\n", st.OutboxCurrent, st.OutboxLatest)

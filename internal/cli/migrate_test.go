@@ -56,7 +56,19 @@ func TestMigrate(t *testing.T) {
 		require.Contains(t, res.stdout, "outbox  current 000 latest 001\n")
 		require.Contains(t, res.stdout, "\npending migrations\n")
 
-		res = runEnv(t, env, nil, "migrate", "down", "--all")
+		res = runEnv(t, env, nil, "migrate", "status", "--json")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Contains(t, res.stdout, `"up_to_date": false`)
+
+		// Unmigrated: the read commands say what to do.
+		res = runEnv(t, env, nil, "intents", "list")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "has no outbox tables: run outboxd migrate up")
+		res = runEnv(t, env, nil, "intents", "show", "k")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "has no outbox tables: run outboxd migrate up")
+
+		res = runEnv(t, env, nil, "migrate", "down", "--all", "--yes")
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Len(t, regexp.MustCompile(`(?m)^reverted river \d{3} `).FindAllString(res.stdout, -1), riverApplied)
 

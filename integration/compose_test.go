@@ -1,4 +1,4 @@
-package compose_test
+package integration
 
 import (
 	"bytes"
@@ -20,14 +20,14 @@ import (
 	outboxcli "github.com/outbox-dev/outbox/internal/cli"
 )
 
-const root = "../.."
+const repoRoot = ".."
 
-// load loads docker-compose.yml as docker compose would, with env as the
+// loadCompose loads docker-compose.yml as docker compose would, with env as the
 // shell's environment.
-func load(t *testing.T, env ...string) *types.Project {
+func loadCompose(t *testing.T, env ...string) *types.Project {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
-		cli.WithWorkingDirectory(root), cli.WithEnv(env), cli.WithInterpolation(true))
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(repoRoot, "docker-compose.yml")},
+		cli.WithWorkingDirectory(repoRoot), cli.WithEnv(env), cli.WithInterpolation(true))
 	require.NoError(t, err)
 	project, err := opts.LoadProject(t.Context())
 	require.NoError(t, err)
@@ -46,7 +46,7 @@ func configVars() []string {
 	return vars
 }
 
-func env(s types.ServiceConfig) map[string]string {
+func serviceEnv(s types.ServiceConfig) map[string]string {
 	out := map[string]string{}
 	for k, v := range s.Environment {
 		if v != nil {
@@ -59,14 +59,14 @@ func env(s types.ServiceConfig) map[string]string {
 func TestCompose(t *testing.T) {
 	t.Parallel()
 
-	p := load(t)
+	p := loadCompose(t)
 	require.Equal(t, "outbox", p.Name)
 	require.ElementsMatch(t, []string{"postgres", "migrate", "outboxd", "stripe-mock", "mailpit"}, p.ServiceNames())
 
 	postgres := p.Services["postgres"]
 	require.NotNil(t, postgres.HealthCheck)
 	require.Equal(t, "pg_isready", postgres.HealthCheck.Test[1])
-	pgEnv := env(postgres)
+	pgEnv := serviceEnv(postgres)
 
 	migrate, serve := p.Services["migrate"], p.Services["outboxd"]
 	require.Equal(t, types.ShellCommand{"migrate", "up"}, migrate.Command)
@@ -91,8 +91,8 @@ func TestCompose(t *testing.T) {
 	}
 
 	// Wired to the other services.
-	serveEnv := env(serve)
-	require.Equal(t, env(migrate)["DATABASE_URL"], serveEnv["DATABASE_URL"])
+	serveEnv := serviceEnv(serve)
+	require.Equal(t, serviceEnv(migrate)["DATABASE_URL"], serveEnv["DATABASE_URL"])
 	db, err := url.Parse(serveEnv["DATABASE_URL"])
 	require.NoError(t, err)
 	require.Equal(t, "postgres:5432", db.Host)
@@ -122,7 +122,7 @@ func TestCompose(t *testing.T) {
 	// outboxd accepts the configuration: with the database swapped for an
 	// address that refuses at once, the command gets past reading it and
 	// fails connecting.
-	vars := env(serve)
+	vars := serviceEnv(serve)
 	vars["DATABASE_URL"] = "postgres://outbox@127.0.0.1:1/outbox?sslmode=disable&connect_timeout=2"
 	var stdout, stderr bytes.Buffer
 	code := outboxcli.Run(t.Context(), []string{"intents", "list"}, &outboxcli.RunOpts{
@@ -137,8 +137,8 @@ func TestCompose(t *testing.T) {
 func TestComposeEnvironment(t *testing.T) {
 	t.Parallel()
 
-	p := load(t, "OUTBOX_API_TOKENS=prod-token:shop", "OUTBOX_UI_USER=ops", "OUTBOX_UI_PASSWORD=long-secret")
-	serveEnv := env(p.Services["outboxd"])
+	p := loadCompose(t, "OUTBOX_API_TOKENS=prod-token:shop", "OUTBOX_UI_USER=ops", "OUTBOX_UI_PASSWORD=long-secret")
+	serveEnv := serviceEnv(p.Services["outboxd"])
 	require.Equal(t, "prod-token:shop", serveEnv["OUTBOX_API_TOKENS"])
 	require.Equal(t, "ops", serveEnv["OUTBOX_UI_USER"])
 	require.Equal(t, "long-secret", serveEnv["OUTBOX_UI_PASSWORD"])
@@ -150,9 +150,9 @@ func TestComposeEnvironment(t *testing.T) {
 func TestComposeVersions(t *testing.T) {
 	t.Parallel()
 
-	script, err := os.ReadFile(filepath.Join(root, "scripts", "install-test-tools.sh"))
+	script, err := os.ReadFile(filepath.Join(repoRoot, "scripts", "install-test-tools.sh"))
 	require.NoError(t, err)
-	p := load(t)
+	p := loadCompose(t)
 	for service, variable := range map[string]string{"stripe-mock": "STRIPE_MOCK_VERSION", "mailpit": "MAILPIT_VERSION"} {
 		m := regexp.MustCompile(`(?m)^` + variable + `=(\S+)$`).FindSubmatch(script)
 		require.NotNil(t, m, variable)
@@ -160,12 +160,12 @@ func TestComposeVersions(t *testing.T) {
 		require.True(t, strings.HasSuffix(image, ":"+string(m[1])), "%s runs %s, the tests %s", service, image, m[1])
 	}
 
-	goMod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	goMod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
 	require.NoError(t, err)
 	m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(goMod)
 	require.NotNil(t, m, "go.mod's go directive")
 	goVersion := string(m[1])
-	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	dockerfile, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	require.NoError(t, err)
 	require.Contains(t, string(dockerfile), "FROM golang:"+goVersion+"-")
 	require.Contains(t, string(dockerfile), "./cmd/outboxd")
