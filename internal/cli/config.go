@@ -171,13 +171,13 @@ func (l nonEmptyLookuper) Lookup(key string) (string, bool) {
 // a *ConfigError.
 func loadConfig(ctx context.Context, lookuper envconfig.Lookuper) (*Config, error) {
 	lookuper = nonEmptyLookuper{lookuper}
+	last := &lastKeyLookuper{Lookuper: lookuper}
 	var cfg Config
-	if err := envconfig.ProcessWith(ctx, &envconfig.Config{Target: &cfg, Lookuper: lookuper}); err != nil {
-		// go-envconfig's errors start with the field's name and may quote
-		// the value, a secret perhaps; name the variable instead and quote
-		// the value only when it is not a secret.
-		field, _, _ := strings.Cut(err.Error(), ":")
-		if _, ok := reflect.TypeFor[Config]().FieldByName(field); ok {
+	if err := envconfig.ProcessWith(ctx, &envconfig.Config{Target: &cfg, Lookuper: last}); err != nil {
+		// go-envconfig's errors may quote the value, a secret perhaps; name
+		// the variable instead, and quote the value only when it is not a
+		// secret.
+		if field, ok := fieldOfVar(last.key); ok {
 			return nil, invalid(lookuper, field)
 		}
 		return nil, fmt.Errorf("error reading configuration: %w", err)
@@ -186,6 +186,31 @@ func loadConfig(ctx context.Context, lookuper envconfig.Lookuper) (*Config, erro
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// lastKeyLookuper remembers the last variable looked up. go-envconfig looks
+// each field's variable up just before decoding it, and stops at the first
+// failure, so when decoding fails the last variable is the one at fault:
+// known without reading the library's error text.
+type lastKeyLookuper struct {
+	envconfig.Lookuper
+	key string
+}
+
+func (l *lastKeyLookuper) Lookup(key string) (string, bool) {
+	l.key = key
+	return l.Lookuper.Lookup(key)
+}
+
+// fieldOfVar returns the Config field read from the variable name.
+func fieldOfVar(name string) (string, bool) {
+	typ := reflect.TypeFor[Config]()
+	for i := range typ.NumField() {
+		if field := typ.Field(i).Name; envName(field) == name {
+			return field, true
+		}
+	}
+	return "", false
 }
 
 // validate checks what go-envconfig's decoding does not: ranges, enums and

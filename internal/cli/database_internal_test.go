@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/daemon"
 )
 
 func TestRedactDatabaseURL(t *testing.T) {
@@ -26,7 +28,7 @@ func TestRedactDatabaseURL(t *testing.T) {
 func TestPoolSize(t *testing.T) {
 	t.Parallel()
 
-	require.Equal(t, int32(35), poolSize(50))
-	require.Equal(t, int32(20), poolSize(1))
-	require.Equal(t, int32(5010), poolSize(workersMax))
+	require.Equal(t, int32(35), daemon.PoolSize(50))
+	require.Equal(t, int32(20), daemon.PoolSize(1))
+	require.Equal(t, int32(5010), daemon.PoolSize(workersMax))
 }

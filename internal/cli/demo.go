@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,8 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-dev/outbox/dispatcher"
-	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/migrations"
@@ -168,7 +166,7 @@ func (a *app) demo(ctx context.Context, args []string) error {
 type demoEnv struct {
 	baseURL   string
 	client    *outbox.Client
-	d         *dispatcher.Dispatcher
+	daemon    *daemon.Daemon
 	namespace string
 	pool      *pgxpool.Pool
 	sandbox   *sandbox.Sandbox
@@ -248,86 +246,19 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 
 	// Gauges refreshed every second: someone who opens /metrics after the
 	// story should see it.
-	metrics, err := newServeMetrics(pool, cfg.Schema, time.Second, logger)
+	dcfg := daemonConfig(cfg, registry, logger)
+	dcfg.EffectTimeout = demoClientTimeout
+	dcfg.GaugeRefreshInterval = time.Second
+	dcfg.Workers = demoWorkers
+	d, err := daemon.Start(ctx, pool, dcfg)
 	if err != nil {
 		return env, err
 	}
-	metrics.gauges.Start(ctx)
-	env.stops = append(env.stops, metrics.gauges.Stop)
-	env.refreshGauges = metrics.gauges.Refresh
-	d, err := dispatcher.New(pool, &dispatcher.Config{
-		EffectTimeout: demoClientTimeout,
-		Effects:       registry,
-		Logger:        logger,
-		MaxAttempts:   cfg.MaxAttempts,
-		Metrics:       metrics.workers,
-		Schema:        cfg.Schema,
-		Workers:       demoWorkers,
-	})
-	if err != nil {
-		return env, err
-	}
-	env.d = d
-	client, err := outbox.NewClient(pool, &outbox.Config{
-		EnqueueObserverFunc: metrics.enqueues.Observe,
-		Effects:             registry,
-		Logger:              logger,
-		Schema:              cfg.Schema,
-	})
-	if err != nil {
-		return env, err
-	}
-	env.client = client
-	api, err := httpapi.New(pool, client, &httpapi.Config{
-		AutoKeyWindow: cfg.AutoKeyWindow,
-		Logger:        logger,
-		Tokens:        cfg.APITokens,
-		Version:       version(),
-	})
-	if err != nil {
-		return env, err
-	}
+	env.stops = append(env.stops, func() { _ = d.Stop(context.Background()) })
+	env.client, env.daemon = d.Client, d
+	env.refreshGauges = d.RefreshGauges
 	env.token, env.namespace = demoToken(cfg.APITokens)
-	ui, err := newRiverUI(d.River(), logger)
-	if err != nil {
-		return env, err
-	}
-	stopUI, err := startRiverUI(ctx, ui)
-	if err != nil {
-		return env, err
-	}
-	env.stops = append(env.stops, stopUI)
-
-	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
-	if err != nil {
-		return env, fmt.Errorf("error listening on %s: %w", cfg.HTTPAddr, err)
-	}
-	if err := d.Start(context.WithoutCancel(ctx)); err != nil {
-		listener.Close() //nolint:errcheck // failing anyway
-		return env, err
-	}
-	env.stops = append(env.stops, func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), demoClientTimeout+dispatcherStopGrace)
-		defer cancel()
-		_ = d.Stop(stopCtx)
-	})
-	server := &http.Server{
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		Handler:           newHTTPHandler(&httpHandlerConfig{API: api, Metrics: metrics.registry, RiverUI: ui, UIPassword: cfg.UIPassword, UIUser: cfg.UIUser}),
-		IdleTimeout:       httpIdleTimeout,
-		ReadHeaderTimeout: httpReadHeaderTimeout,
-		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      httpWriteTimeout,
-	}
-	go func() { _ = server.Serve(listener) }()
-	env.stops = append(env.stops, func() {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
-		defer cancel()
-		if server.Shutdown(shutdownCtx) != nil {
-			server.Close() //nolint:errcheck // closing anyway
-		}
-	})
-	env.baseURL = "http://" + listener.Addr().String()
+	env.baseURL = "http://" + d.Addr()
 
 	tw := out.table()
 	fmt.Fprintf(tw, "  database\t%s\n", dbLine)
@@ -583,7 +514,7 @@ func (s *demoStory) chargeWithOutbox(ctx context.Context) error {
 	}
 	lane.final = final
 	if intent, err := s.env.client.Get(ctx, s.env.namespace, lane.key); err == nil && intent.JobID != nil {
-		if job, err := s.env.d.River().JobGet(ctx, *intent.JobID); err == nil {
+		if job, err := s.env.daemon.Dispatcher.River().JobGet(ctx, *intent.JobID); err == nil {
 			lane.attempts = job.Attempt
 		}
 	}

@@ -3,7 +3,9 @@ package cli_test
 import (
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +177,22 @@ func TestServeMetrics(t *testing.T) {
 	// succeeded and at least one failed attempt of each not-sent intent.
 	require.GreaterOrEqual(t, metricValue(families, "outbox_effect_duration_seconds", "effect", "noop"), 5.0)
 	require.Equal(t, dto.MetricType_HISTOGRAM, families["outbox_effect_duration_seconds"].GetType())
+	// Bounds a person reads at a glance, up to a minute.
+	var bounds []float64
+	for _, b := range families["outbox_effect_duration_seconds"].GetMetric()[0].GetHistogram().GetBucket() {
+		bounds = append(bounds, b.GetUpperBound())
+	}
+	require.Equal(t, []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, math.Inf(1)}, bounds)
+	// Which build runs.
+	info := families["outbox_build_info"].GetMetric()
+	require.Len(t, info, 1)
+	require.Equal(t, 1.0, info[0].GetGauge().GetValue())
+	labels := map[string]string{}
+	for _, l := range info[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, runtime.Version(), labels["goversion"])
+	require.NotEmpty(t, labels["version"])
 	// m-6 has been pending since the start of the run.
 	age := metricValue(families, "outbox_oldest_pending_intent_age_seconds")
 	require.Greater(t, age, 0.0)

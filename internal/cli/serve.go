@@ -5,19 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-dev/outbox/dispatcher"
-	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/migrations"
-	"github.com/outbox-dev/outbox/outbox"
 )
 
 var cmdServe = &command{
@@ -45,27 +43,10 @@ SIGINT or SIGTERM, letting running attempts finish within
 OUTBOX_EFFECT_TIMEOUT.`,
 }
 
-// Timeouts of serve's HTTP server and of its stop.
-const (
-	httpIdleTimeout       = 2 * time.Minute
-	httpReadHeaderTimeout = 10 * time.Second
-	httpReadTimeout       = 30 * time.Second
-	// httpWriteTimeout leaves room for the API's longest wait (60 s).
-	httpWriteTimeout    = 90 * time.Second
-	httpShutdownTimeout = 10 * time.Second
-
-	// dispatcherStopGrace is added to the effect timeout to bound the
-	// dispatcher's stop: running attempts get the effect timeout, and the
-	// workers then write what they left.
-	dispatcherStopGrace = 10 * time.Second
-)
-
-// poolSize is serve's pool size: room for the workers' writes (batched, so
-// fewer than the workers), the drain, River's own connections and the
-// listeners.
-func poolSize(workers int) int32 {
-	return int32(max(20, workers/2+10))
-}
+// gaugeRefreshInterval overrides how often serve reads the database gauges,
+// in nanoseconds; 0 keeps the default. Tests shorten it (export_test.go), so
+// that a scrape right after a run sees the run.
+var gaugeRefreshInterval atomic.Int64
 
 func (a *app) serve(ctx context.Context, args []string) error {
 	if _, err := a.parse(cmdServe, newFlagSet(cmdServe), args, 0, 0); err != nil {
@@ -91,7 +72,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	pool, err := connect(ctx, cfg, poolSize(cfg.Workers))
+	pool, err := connect(ctx, cfg, daemon.PoolSize(cfg.Workers))
 	if err != nil {
 		return err
 	}
@@ -116,80 +97,11 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		logger.InfoContext(ctx, "effect enabled", "effect", name, "guarantee", string(effect.Guarantee()))
 	}
 
-	metrics, err := newServeMetrics(pool, cfg.Schema, 0, logger)
+	d, err := daemon.Start(ctx, pool, daemonConfig(cfg, registry, logger))
 	if err != nil {
 		return err
 	}
-	metrics.gauges.Start(ctx)
-	defer metrics.gauges.Stop()
-	d, err := dispatcher.New(pool, &dispatcher.Config{
-		EffectTimeout: cfg.EffectTimeout,
-		Effects:       registry,
-		Logger:        logger,
-		MaxAttempts:   cfg.MaxAttempts,
-		Metrics:       metrics.workers,
-		Retention:     cfg.Retention,
-		Schema:        cfg.Schema,
-		Workers:       cfg.Workers,
-	})
-	if err != nil {
-		return err
-	}
-
-	client, err := outbox.NewClient(pool, &outbox.Config{
-		EnqueueObserverFunc: metrics.enqueues.Observe,
-		Effects:             registry,
-		Logger:              logger,
-		Schema:              cfg.Schema,
-	})
-	if err != nil {
-		return err
-	}
-	api, err := httpapi.New(pool, client, &httpapi.Config{
-		AutoKeyWindow: cfg.AutoKeyWindow,
-		Logger:        logger,
-		Tokens:        cfg.APITokens,
-		Version:       version(),
-	})
-	if err != nil {
-		return err
-	}
-
-	ui, err := newRiverUI(d.River(), logger)
-	if err != nil {
-		return err
-	}
-	stopUI, err := startRiverUI(ctx, ui)
-	if err != nil {
-		return err
-	}
-	defer stopUI()
-
-	// Listen before starting the dispatcher, so that a taken port fails the
-	// start before any intent is picked up.
-	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("error listening on %s: %w", cfg.HTTPAddr, err)
-	}
-	// River stops abruptly, cancelling running attempts, when the context
-	// given to Start ends. A signal must stop it gracefully, through Stop
-	// below, so Start gets a context that the signal does not cancel.
-	if err := d.Start(context.WithoutCancel(ctx)); err != nil {
-		listener.Close() //nolint:errcheck // failing anyway
-		return err
-	}
-
-	server := &http.Server{
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		Handler:           newHTTPHandler(&httpHandlerConfig{API: api, Metrics: metrics.registry, RiverUI: ui, UIPassword: cfg.UIPassword, UIUser: cfg.UIUser}),
-		IdleTimeout:       httpIdleTimeout,
-		ReadHeaderTimeout: httpReadHeaderTimeout,
-		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      httpWriteTimeout,
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- server.Serve(listener) }()
-	logger.InfoContext(ctx, "outboxd serving", "addr", listener.Addr().String())
+	logger.InfoContext(ctx, "outboxd serving", "addr", d.Addr())
 
 	var runErr error
 	select {
@@ -197,29 +109,36 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		// A second signal now kills the process the default way.
 		stopSignals()
 		logger.InfoContext(ctx, "outboxd stopping")
-	case err := <-serveErr:
+	case err := <-d.ServeErr():
 		runErr = fmt.Errorf("error serving HTTP: %w", err)
 	}
-
-	// HTTP first, so that no request starts work the dispatcher would no
-	// longer carry out; then the dispatcher, which lets running attempts
-	// finish.
-	stopCtx := context.WithoutCancel(ctx)
-	httpCtx, cancel := context.WithTimeout(stopCtx, httpShutdownTimeout)
-	if err := server.Shutdown(httpCtx); err != nil {
-		logger.WarnContext(stopCtx, "HTTP requests still running at shutdown; closing them", "error", err)
-		server.Close() //nolint:errcheck // closing anyway
-	}
-	cancel()
-	dispatcherCtx, cancel := context.WithTimeout(stopCtx, cfg.EffectTimeout+dispatcherStopGrace)
-	defer cancel()
-	if err := d.Stop(dispatcherCtx); err != nil && runErr == nil {
-		runErr = fmt.Errorf("error stopping the dispatcher: %w", err)
+	if err := d.Stop(context.WithoutCancel(ctx)); err != nil && runErr == nil {
+		runErr = err
 	}
 	if runErr == nil {
-		logger.InfoContext(stopCtx, "outboxd stopped")
+		logger.InfoContext(context.WithoutCancel(ctx), "outboxd stopped")
 	}
 	return runErr
+}
+
+// daemonConfig is what serve (and the demo) run, from the configuration.
+func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
+	return &daemon.Config{
+		APITokens:            cfg.APITokens,
+		AutoKeyWindow:        cfg.AutoKeyWindow,
+		EffectTimeout:        cfg.EffectTimeout,
+		Effects:              registry,
+		GaugeRefreshInterval: time.Duration(gaugeRefreshInterval.Load()),
+		HTTPAddr:             cfg.HTTPAddr,
+		Logger:               logger,
+		MaxAttempts:          cfg.MaxAttempts,
+		Retention:            cfg.Retention,
+		Schema:               cfg.Schema,
+		UIPassword:           cfg.UIPassword,
+		UIUser:               cfg.UIUser,
+		Version:              version(),
+		Workers:              cfg.Workers,
+	}
 }
 
 // checkMigrations refuses a schema with pending migrations, or applies them

@@ -1,8 +1,8 @@
-package cli
+package daemon
 
 import (
 	"log/slog"
-	"sync/atomic"
+	"runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,11 +12,6 @@ import (
 	"github.com/outbox-dev/outbox/internal/metrics"
 	"github.com/outbox-dev/outbox/workers"
 )
-
-// gaugeRefreshInterval overrides how often serve reads the database gauges,
-// in nanoseconds; 0 keeps metrics.RefreshIntervalDefault. Tests shorten it
-// (export_test.go), so that a scrape right after a run sees the run.
-var gaugeRefreshInterval atomic.Int64
 
 // serveMetrics are every metric serve exposes at /metrics (docs/operations.md, "Metrics"),
 // each counted where it happens: enqueues by the client behind the HTTP API
@@ -29,17 +24,23 @@ type serveMetrics struct {
 }
 
 // newServeMetrics registers outbox's metrics and the Go and process
-// collectors. refresh of 0 is gaugeRefreshInterval's. The gauges are read
-// once Start is called on them.
-func newServeMetrics(pool *pgxpool.Pool, schema string, refresh time.Duration, logger *slog.Logger) (*serveMetrics, error) {
+// collectors. refresh of 0 is metrics.RefreshIntervalDefault. The gauges are
+// read once Start is called on them.
+func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Duration, logger *slog.Logger) (*serveMetrics, error) {
 	reg := prometheus.NewRegistry()
+	// outbox_build_info is 1, labelled with what is running: a dashboard
+	// joins on it to tell versions apart during a rolling deploy.
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "outbox_build_info",
+		Help:        "Always 1; its labels say which outboxd version runs, built with which Go.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	buildInfo.Set(1)
 	reg.MustRegister(
+		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	if refresh == 0 {
-		refresh = time.Duration(gaugeRefreshInterval.Load())
-	}
 	gauges, err := metrics.NewGauges(pool, reg, &metrics.GaugesConfig{
 		Logger:          logger,
 		RefreshInterval: refresh,

@@ -1,0 +1,266 @@
+// Package daemon wires what outboxd serve runs, for serve and for the demo:
+// the metrics, the dispatcher (River and the intent workers), the write-side
+// client, the HTTP API and /mcp, River UI, and one HTTP server for all of
+// them, started in that order and stopped in reverse.
+//
+// It takes its settings as a plain Config; reading the environment, checking
+// the configuration and choosing the effects belong to package cli.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-dev/outbox/dispatcher"
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/workers"
+)
+
+// Timeouts of the HTTP server and of the stop.
+const (
+	HTTPIdleTimeout       = 2 * time.Minute
+	HTTPReadHeaderTimeout = 10 * time.Second
+	HTTPReadTimeout       = 30 * time.Second
+	// HTTPWriteTimeout leaves room for the API's longest wait (60 s).
+	HTTPWriteTimeout    = 90 * time.Second
+	HTTPShutdownTimeout = 10 * time.Second
+
+	// DispatcherStopGrace is added to the effect timeout to bound the
+	// dispatcher's stop: running attempts get the effect timeout, and the
+	// workers then write what they left.
+	DispatcherStopGrace = 10 * time.Second
+)
+
+// Config configures Start.
+type Config struct {
+	// APITokens maps bearer tokens to namespaces for the API and /mcp.
+	// Empty serves namespace default without authentication (the caller
+	// checks that the address is loopback). Defaults to none.
+	APITokens map[string]string
+
+	// AutoKeyWindow is the window of MCP's automatic key. Defaults to
+	// mcpserver's default.
+	AutoKeyWindow time.Duration
+
+	// EffectTimeout is one attempt's deadline. Defaults to the dispatcher's
+	// default.
+	EffectTimeout time.Duration
+
+	// Effects are the enabled effects. Required.
+	Effects *effects.Registry
+
+	// GaugeRefreshInterval is how often the database gauges are read.
+	// Defaults to metrics.RefreshIntervalDefault.
+	GaugeRefreshInterval time.Duration
+
+	// HTTPAddr is the address to listen on ("127.0.0.1:0" picks a port).
+	// Required.
+	HTTPAddr string
+
+	// Logger receives every component's logs. Defaults to a logger that
+	// discards.
+	Logger *slog.Logger
+
+	// MaxAttempts is the number of attempts per intent. Defaults to the
+	// dispatcher's default.
+	MaxAttempts int
+
+	// Retention is how long terminal intents are kept. Defaults to the
+	// dispatcher's default.
+	Retention time.Duration
+
+	// Schema holds River's and outbox's tables. Defaults to
+	// outbox.SchemaDefault.
+	Schema string
+
+	// UIPassword and UIUser are River UI's basic auth credentials; both
+	// empty serves River UI to loopback requests only.
+	UIPassword, UIUser string
+
+	// Version is reported by the API and MCP. Defaults to "dev".
+	Version string
+
+	// Workers is the number of River workers per effect. Defaults to the
+	// dispatcher's default.
+	Workers int
+}
+
+// Daemon is a running outboxd: dispatcher, API, River UI and metrics.
+type Daemon struct {
+	// Client is the write-side client the API and MCP use.
+	Client *outbox.Client
+	// Dispatcher runs River and drains intents into jobs.
+	Dispatcher *dispatcher.Dispatcher
+
+	addr          string
+	effectTimeout time.Duration
+	logger        *slog.Logger
+	metrics       *serveMetrics
+	server        *http.Server
+	serveErr      chan error
+	// stops stop what was started, run last first.
+	stops []func(ctx context.Context) error
+}
+
+// Start starts everything and serves HTTP until Stop. pool must be sized for
+// the workers (see PoolSize). On error, what was started is stopped.
+func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, err error) {
+	if config == nil || config.Effects == nil || config.HTTPAddr == "" {
+		return nil, errors.New("daemon: Effects and HTTPAddr must be set")
+	}
+	c := *config
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Schema == "" {
+		c.Schema = outbox.SchemaDefault
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.EffectTimeout == 0 {
+		c.EffectTimeout = workers.EffectTimeoutDefault
+	}
+	d := &Daemon{effectTimeout: c.EffectTimeout, logger: c.Logger, serveErr: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			d.stop(context.WithoutCancel(ctx)) //nolint:errcheck // failing anyway
+		}
+	}()
+
+	if d.metrics, err = newServeMetrics(pool, c.Schema, c.Version, c.GaugeRefreshInterval, c.Logger); err != nil {
+		return nil, err
+	}
+	d.metrics.gauges.Start(ctx)
+	d.stops = append(d.stops, func(context.Context) error { d.metrics.gauges.Stop(); return nil })
+
+	if d.Dispatcher, err = dispatcher.New(pool, &dispatcher.Config{
+		EffectTimeout: c.EffectTimeout,
+		Effects:       c.Effects,
+		Logger:        c.Logger,
+		MaxAttempts:   c.MaxAttempts,
+		Metrics:       d.metrics.workers,
+		Retention:     c.Retention,
+		Schema:        c.Schema,
+		Workers:       c.Workers,
+	}); err != nil {
+		return nil, err
+	}
+	if d.Client, err = outbox.NewClient(pool, &outbox.Config{
+		EnqueueObserverFunc: d.metrics.enqueues.Observe,
+		Effects:             c.Effects,
+		Logger:              c.Logger,
+		Schema:              c.Schema,
+	}); err != nil {
+		return nil, err
+	}
+	api, err := httpapi.New(pool, d.Client, &httpapi.Config{
+		AutoKeyWindow: c.AutoKeyWindow,
+		Logger:        c.Logger,
+		Tokens:        c.APITokens,
+		Version:       c.Version,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	ui, err := newRiverUI(d.Dispatcher.River(), c.Logger)
+	if err != nil {
+		return nil, err
+	}
+	stopUI, err := startRiverUI(ctx, ui)
+	if err != nil {
+		return nil, err
+	}
+	d.stops = append(d.stops, func(context.Context) error { stopUI(); return nil })
+
+	// Listen before starting the dispatcher, so that a taken port fails the
+	// start before any intent is picked up.
+	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", c.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("error listening on %s: %w", c.HTTPAddr, err)
+	}
+	// River stops abruptly, cancelling running attempts, when the context
+	// given to Start ends. A signal must stop it gracefully, through Stop,
+	// so Start gets a context that the caller's cancellation does not end.
+	if err := d.Dispatcher.Start(context.WithoutCancel(ctx)); err != nil {
+		listener.Close() //nolint:errcheck // failing anyway
+		return nil, err
+	}
+	d.stops = append(d.stops, func(ctx context.Context) error {
+		// The dispatcher lets running attempts finish within the effect
+		// timeout, then the workers record what they left.
+		ctx, cancel := context.WithTimeout(ctx, d.effectTimeout+DispatcherStopGrace)
+		defer cancel()
+		if err := d.Dispatcher.Stop(ctx); err != nil {
+			return fmt.Errorf("error stopping the dispatcher: %w", err)
+		}
+		return nil
+	})
+
+	d.server = &http.Server{
+		ErrorLog:          slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
+		Handler:           newHTTPHandler(&httpHandlerConfig{API: api, Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.UIPassword, UIUser: c.UIUser}),
+		IdleTimeout:       HTTPIdleTimeout,
+		ReadHeaderTimeout: HTTPReadHeaderTimeout,
+		ReadTimeout:       HTTPReadTimeout,
+		WriteTimeout:      HTTPWriteTimeout,
+	}
+	go func() { d.serveErr <- d.server.Serve(listener) }()
+	// HTTP stops first, so that no request starts work the dispatcher would
+	// no longer carry out.
+	d.stops = append(d.stops, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, HTTPShutdownTimeout)
+		defer cancel()
+		if err := d.server.Shutdown(ctx); err != nil {
+			d.logger.WarnContext(ctx, "HTTP requests still running at shutdown; closing them", "error", err)
+			d.server.Close() //nolint:errcheck // closing anyway
+		}
+		return nil
+	})
+	d.addr = listener.Addr().String()
+	return d, nil
+}
+
+// Addr is the address the HTTP server listens on.
+func (d *Daemon) Addr() string { return d.addr }
+
+// ServeErr receives the HTTP server's error if it stops serving by itself.
+func (d *Daemon) ServeErr() <-chan error { return d.serveErr }
+
+// RefreshGauges reads the database gauges now, so that /metrics shows what
+// just happened.
+func (d *Daemon) RefreshGauges(ctx context.Context) error { return d.metrics.gauges.Refresh(ctx) }
+
+// Stop stops HTTP first, then the dispatcher (letting running attempts
+// finish within the effect timeout), then River UI and the gauges. It
+// returns the first error.
+func (d *Daemon) Stop(ctx context.Context) error { return d.stop(ctx) }
+
+func (d *Daemon) stop(ctx context.Context) error {
+	var first error
+	for _, stop := range slices.Backward(d.stops) {
+		if err := stop(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	d.stops = nil
+	return first
+}
+
+// PoolSize is the pool size a daemon with workers workers per effect needs:
+// room for the workers' writes (batched, so fewer than the workers), the
+// drain, River's own connections and the listeners.
+func PoolSize(workers int) int32 {
+	return int32(max(20, workers/2+10))
+}
