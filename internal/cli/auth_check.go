@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/outbox-dev/outbox/internal/daemon"
+	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
 // checkAPIAuth refuses, in one line, to serve the API without tokens on an
@@ -41,5 +41,5 @@ func checkUIAuth(cfg *Config) error {
 // interface.
 func loopbackListenAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	return err == nil && host != "" && daemon.LoopbackHost(addr)
+	return err == nil && host != "" && httpapi.IsLoopbackAddr(addr)
 }

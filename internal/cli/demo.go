@@ -223,14 +223,9 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 		return env, err
 	}
 
-	sb, err := sandbox.Start(&sandbox.Config{
-		Logger:       logger.With(slog.String("component", "sandbox")),
-		StripeAPIKey: sandboxStripeKey,
-		ZendeskEmail: sandboxZendeskEmail,
-		ZendeskToken: sandboxZendeskToken,
-	})
+	sb, err := startSandbox(logger)
 	if err != nil {
-		return env, fmt.Errorf("error starting the sandbox providers: %w", err)
+		return env, err
 	}
 	env.sandbox = sb
 	env.stops = append(env.stops, sb.Close)

@@ -94,14 +94,9 @@ func startEffectRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) (
 		if ignored := ignoredProviderVars(cfg); len(ignored) > 0 {
 			logger.Warn("OUTBOX_SANDBOX=true: provider settings ignored, every effect uses the sandbox", slog.String("ignored", strings.Join(ignored, ",")))
 		}
-		sb, err := sandbox.Start(&sandbox.Config{
-			Logger:       logger.With(slog.String("component", "sandbox")),
-			StripeAPIKey: sandboxStripeKey,
-			ZendeskEmail: sandboxZendeskEmail,
-			ZendeskToken: sandboxZendeskToken,
-		})
+		sb, err := startSandbox(logger)
 		if err != nil {
-			return nil, nil, fmt.Errorf("error starting the sandbox providers: %w", err)
+			return nil, nil, err
 		}
 		stop = sb.Close
 		settings = sandboxSettings(cfg, sb.Stripe.URL(), sb.SMTP.Addr(), sb.Zendesk.URL(),
@@ -122,6 +117,21 @@ func startEffectRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) (
 	}
 	logProviders(logger, registry, settings)
 	return registry, stop, nil
+}
+
+// startSandbox starts the sandbox's stand-in providers, with the
+// credentials the sandbox effects are configured with.
+func startSandbox(logger *slog.Logger) (*sandbox.Sandbox, error) {
+	sb, err := sandbox.Start(&sandbox.Config{
+		Logger:       logger.With(slog.String("component", "sandbox")),
+		StripeAPIKey: sandboxStripeKey,
+		ZendeskEmail: sandboxZendeskEmail,
+		ZendeskToken: sandboxZendeskToken,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error starting the sandbox providers: %w", err)
+	}
+	return sb, nil
 }
 
 // configuredProviders reads the provider variables.

@@ -20,18 +20,3 @@ func TestHTTPTimeouts(t *testing.T) {
 		require.NotZero(t, d)
 	}
 }
-
-func TestLoopbackHost(t *testing.T) {
-	t.Parallel()
-
-	for host, want := range map[string]bool{
-		"127.0.0.1:8080": true,
-		"127.0.0.1":      true,
-		"[::1]:8080":     true,
-		"localhost":      true,
-		"10.0.0.5:8080":  false,
-		"example.com":    false,
-	} {
-		require.Equal(t, want, LoopbackHost(host), host)
-	}
-}

@@ -8,13 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
+
+	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
 // riverUIPrefix is where serve mounts River UI.
@@ -112,7 +113,7 @@ func protectRiverUI(ui http.Handler, user, password string) http.Handler {
 	return protect.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case user == "":
-			if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); (ok && !LoopbackHost(addr.String())) || !LoopbackHost(r.Host) {
+			if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); (ok && !httpapi.IsLoopbackAddr(addr.String())) || !httpapi.IsLoopbackAddr(r.Host) {
 				http.Error(w, "River UI: without OUTBOX_UI_USER and OUTBOX_UI_PASSWORD it answers only on a loopback address", http.StatusForbidden)
 				return
 			}
@@ -123,19 +124,4 @@ func protectRiverUI(ui http.Handler, user, password string) http.Handler {
 		}
 		ui.ServeHTTP(w, r)
 	}))
-}
-
-// LoopbackHost reports whether a request's Host (or a connection's address),
-// with or without a port, is loopback.
-func LoopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

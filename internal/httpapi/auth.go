@@ -45,11 +45,11 @@ func namespaceFrom(ctx context.Context) (string, bool) {
 // own DNS name to 127.0.0.1 from calling the API).
 func (h *Handler) authenticate(r *http.Request) (string, error) {
 	if len(h.tokens) == 0 {
-		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && !isLoopbackAddr(addr.String()) {
+		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && !IsLoopbackAddr(addr.String()) {
 			return "", &apiError{status: http.StatusForbidden, code: CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only on a loopback address"}
 		}
-		if !isLoopbackAddr(r.Host) {
+		if !IsLoopbackAddr(r.Host) {
 			return "", &apiError{status: http.StatusForbidden, code: CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only requests whose Host is a loopback address"}
 		}
@@ -83,9 +83,9 @@ func unauthorized(msg string) error {
 	return &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: msg}
 }
 
-// isLoopbackAddr reports whether hostport (or a bare host) names a loopback
+// IsLoopbackAddr reports whether hostport (or a bare host) names a loopback
 // address: localhost, 127.0.0.0/8 or ::1.
-func isLoopbackAddr(hostport string) bool {
+func IsLoopbackAddr(hostport string) bool {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func (q *Queries) renderAttempt(r func(string) string) {
@@ -109,21 +111,23 @@ type AttemptRow struct {
 // lease of lease from the database's clock. It returns the claimed ones by
 // id; an id absent from the map was not claimable.
 func (q *Queries) Claim(ctx context.Context, db Querier, ids []int64, lease time.Duration) (map[int64]*AttemptRow, error) {
-	rows, err := db.Query(ctx, q.sqlClaim, ids, lease)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[int64]*AttemptRow, len(ids))
-	for rows.Next() {
+	rows, _ := db.Query(ctx, q.sqlClaim, ids, lease)
+	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AttemptRow, error) {
 		var a AttemptRow
 		var notified int64
-		if err := rows.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &notified); err != nil {
-			return nil, err
-		}
-		out[a.ID] = &a
+		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &notified)
+		return &a, err
+	})
+	return byID(claimed), err
+}
+
+// byID indexes attempt rows by intent id.
+func byID(rows []*AttemptRow) map[int64]*AttemptRow {
+	out := make(map[int64]*AttemptRow, len(rows))
+	for _, a := range rows {
+		out[a.ID] = a
 	}
-	return out, rows.Err()
+	return out
 }
 
 // Status is an intent's state and lease.
@@ -134,40 +138,27 @@ type Status struct {
 
 // Statuses reads the state and lease of each of ids that exists.
 func (q *Queries) Statuses(ctx context.Context, db Querier, ids []int64) (map[int64]Status, error) {
-	rows, err := db.Query(ctx, q.sqlStates, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := make(map[int64]Status, len(ids))
-	for rows.Next() {
-		var id int64
-		var s Status
-		if err := rows.Scan(&id, &s.State, &s.LeaseExpiresAt); err != nil {
-			return nil, err
-		}
-		out[id] = s
-	}
-	return out, rows.Err()
+	var id int64
+	var st Status
+	rows, _ := db.Query(ctx, q.sqlStates, ids)
+	_, err := pgx.ForEachRow(rows, []any{&id, &st.State, &st.LeaseExpiresAt}, func() error {
+		out[id] = st
+		return nil
+	})
+	return out, err
 }
 
 // Read reads each of ids that exists, without claiming it.
 func (q *Queries) Read(ctx context.Context, db Querier, ids []int64) (map[int64]*AttemptRow, error) {
-	rows, err := db.Query(ctx, q.sqlRead, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[int64]*AttemptRow, len(ids))
-	for rows.Next() {
+	rows, _ := db.Query(ctx, q.sqlRead, ids)
+	read, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AttemptRow, error) {
 		var a AttemptRow
-		if err := rows.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace,
-			&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt); err != nil {
-			return nil, err
-		}
-		out[a.ID] = &a
-	}
-	return out, rows.Err()
+		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace,
+			&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt)
+		return &a, err
+	})
+	return byID(read), err
 }
 
 // Finish is one attempt's outcome to record.
@@ -228,21 +219,15 @@ func (q *Queries) Finish(ctx context.Context, db Querier, fs []Finish) (map[Appl
 			errs[i] = &s
 		}
 	}
-	rows, err := db.Query(ctx, q.sqlFinish, ids, attempts, states, results, errs, maybeSent, keepLease, expStates, expAtts, jobAtts)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	applied := make(map[Applied]bool, len(fs))
-	for rows.Next() {
-		var a Applied
-		var notified int64
-		if err := rows.Scan(&a.ID, &a.Attempt, &notified); err != nil {
-			return nil, err
-		}
+	var a Applied
+	var notified int64
+	rows, _ := db.Query(ctx, q.sqlFinish, ids, attempts, states, results, errs, maybeSent, keepLease, expStates, expAtts, jobAtts)
+	_, err := pgx.ForEachRow(rows, []any{&a.ID, &a.Attempt, &notified}, func() error {
 		applied[a] = true
-	}
-	return applied, rows.Err()
+		return nil
+	})
+	return applied, err
 }
 
 // MarkMaybeSent records that an attempt may have reached the provider, for

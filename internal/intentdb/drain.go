@@ -3,6 +3,8 @@ package intentdb
 import (
 	"context"
 	"encoding/json"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func (q *Queries) renderDrain(r func(string) string) {
@@ -46,20 +48,8 @@ type Undispatched struct {
 // order, skipping those another drain holds. tx must be the drain's
 // transaction: the locks hold until it marks them and commits.
 func (q *Queries) SelectUndispatched(ctx context.Context, tx Querier, limit int) ([]Undispatched, error) {
-	rows, err := tx.Query(ctx, q.sqlDrainSelect, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Undispatched
-	for rows.Next() {
-		var u Undispatched
-		if err := rows.Scan(&u.ID, &u.Effect, &u.Args); err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, rows.Err()
+	rows, _ := tx.Query(ctx, q.sqlDrainSelect, limit)
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[Undispatched])
 }
 
 // MarkDispatched records each intent's River job, ids[i] getting jobIDs[i].

@@ -235,20 +235,8 @@ func (q *Queries) List(ctx context.Context, db Querier, p *ListParams) ([]*Row, 
 	if states == nil {
 		states = []string{}
 	}
-	rows, err := db.Query(ctx, q.sqlList, p.Namespace, states, p.Effect, p.BeforeID, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make([]*Row, 0, p.Limit)
-	for rows.Next() {
-		row, err := scanRow(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, row)
-	}
-	return out, rows.Err()
+	rows, _ := db.Query(ctx, q.sqlList, p.Namespace, states, p.Effect, p.BeforeID, p.Limit)
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Row, error) { return scanRow(row) })
 }
 
 // Cancel moves a pending intent that no attempt may have reached the
@@ -302,25 +290,21 @@ type StateCounts struct {
 
 // CountByState counts intents per state in one statement.
 func (q *Queries) CountByState(ctx context.Context, db Querier) (*StateCounts, error) {
-	rows, err := db.Query(ctx, q.sqlCountByState)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := &StateCounts{ByState: map[string]int64{}}
-	var oldest float64
-	for rows.Next() {
-		var state string
-		var n int64
-		var age float64
-		if err := rows.Scan(&state, &n, &age); err != nil {
-			return nil, err
-		}
+	var (
+		state  string
+		n      int64
+		age    float64
+		oldest float64
+	)
+	rows, _ := db.Query(ctx, q.sqlCountByState)
+	_, err := pgx.ForEachRow(rows, []any{&state, &n, &age}, func() error {
 		out.ByState[state] = n
 		oldest = max(oldest, age)
-	}
+		return nil
+	})
 	out.OldestPendingAge = time.Duration(oldest * float64(time.Second))
-	return out, rows.Err()
+	return out, err
 }
 
 // CreatedAt returns when the intent (namespace, key) was created, or
