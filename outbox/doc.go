@@ -1,6 +1,7 @@
 // Package outbox is the write side of the outbox: a service records an
 // intended side effect (an intent: effect name, arguments and idempotency key)
-// in Postgres inside its own transaction, and the dispatcher executes it once.
+// in Postgres inside its own transaction, and the dispatcher (package
+// dispatcher) executes it once.
 //
 // An enqueue writes exactly one row, in one statement, in the caller's
 // transaction, so a rolled-back caller leaves nothing behind and a committed
@@ -8,6 +9,8 @@
 // client. Duplicates of a key are answered with the first intent, whatever
 // its state; a key reused for another action is refused with ErrKeyReused.
 //
+//	registry, err := effects.NewRegistry(myEffects...)
+//	...
 //	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry})
 //	...
 //	tx, err := pool.Begin(ctx)
@@ -21,5 +24,7 @@
 //	err = tx.Commit(ctx)
 //
 // Reads (Get, List, Wait) and the operator's Cancel and Resolve work on the
-// client's pool.
+// client's pool. The package's examples are complete programs, run by go test
+// against a real database; effects' Example_customEffect adds an effect of
+// one's own and an in-process dispatcher.
 package outbox
