@@ -163,8 +163,16 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 	default:
 		return nil, &Error{Code: CodeInvalidArgs, Field: "key_source", Message: "must be explicit or auto"}
 	}
-	if len(p.RequestedBy) > 255 {
+	// Checked here, as args are: the database would refuse a NUL byte or
+	// invalid UTF-8 in text, and its refusal would abort the caller's
+	// transaction.
+	switch {
+	case len(p.RequestedBy) > 255:
 		return nil, &Error{Code: CodeInvalidArgs, Field: "requested_by", Message: "must be at most 255 characters"}
+	case !utf8.ValidString(p.RequestedBy):
+		return nil, &Error{Code: CodeInvalidArgs, Field: "requested_by", Message: "must be valid UTF-8"}
+	case strings.IndexByte(p.RequestedBy, 0) >= 0:
+		return nil, &Error{Code: CodeInvalidArgs, Field: "requested_by", Message: "must not contain a NUL byte"}
 	}
 	if p.RequestedBy != "" {
 		rb := p.RequestedBy

@@ -242,6 +242,8 @@ func TestEnqueueTx(t *testing.T) {
 			{"NumberOutOfRange", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"n":1e1000000}`)}, outbox.ErrInvalidArgs, "args"},
 			{"NegativeExponentOutOfRange", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"n":1E-1000000}`)}, outbox.ErrInvalidArgs, "args"},
 			{"DeepNesting", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: json.RawMessage(`{"a":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`)}, outbox.ErrInvalidArgs, "args"},
+			{"NulInRequestedBy", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}, RequestedBy: "agent\x00"}, outbox.ErrInvalidArgs, "requested_by"},
+			{"BadUTF8InRequestedBy", &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}, RequestedBy: "agent\xff"}, outbox.ErrInvalidArgs, "requested_by"},
 		}
 		for _, tc := range cases {
 			_, err := b.enqueue(t, tc.params)
@@ -251,6 +253,21 @@ func TestEnqueueTx(t *testing.T) {
 			require.Equal(t, tc.field, oe.Field, tc.name)
 		}
 		require.Equal(t, 0, b.count(t, "outbox_intent"))
+	})
+
+	t.Run("BadRequestedByLeavesTxUsable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+		_, err = b.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}, RequestedBy: "a\x00b"})
+		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
+		_, err = b.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}, RequestedBy: "ab"})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, 1, b.count(t, "outbox_intent"))
 	})
 }
 

@@ -42,15 +42,38 @@ func TestPruneWorker(t *testing.T) {
 	require.NoError(t, err)
 	n, err := pruner.Prune(ctx)
 	require.NoError(t, err)
-	require.Equal(t, int64(7), n)
 
 	list, err := b.client.List(ctx, &outbox.ListParams{})
 	require.NoError(t, err)
-	var keys []string
+	var kept []string
+	var unknown int
 	for _, i := range list.Intents {
-		keys = append(keys, i.Key)
+		if i.State == outbox.StateUnknown {
+			// Unknown intents wait for an operator, however old.
+			unknown++
+			continue
+		}
+		kept = append(kept, i.Key)
 	}
-	require.ElementsMatch(t, []string{"recent", "old-pending", "old-running"}, keys)
+	require.Positive(t, unknown)
+	require.Equal(t, int64(7-unknown), n)
+	require.ElementsMatch(t, []string{"recent", "old-pending", "old-running"}, kept)
+
+	// Once resolved, an unknown intent ages out from its resolution.
+	for _, i := range list.Intents {
+		if i.State == outbox.StateUnknown {
+			_, err := b.client.Resolve(ctx, &outbox.ResolveParams{Key: i.Key, Outcome: outbox.OutcomeFailed, Note: "checked"})
+			require.NoError(t, err)
+		}
+	}
+	n, err = pruner.Prune(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "resolved just now: within retention")
+	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET completed_at = now() - interval '2 hours' WHERE error->>'code' = 'resolved_failed'`)
+	require.NoError(t, err)
+	n, err = pruner.Prune(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(unknown), n)
 
 	// A pruned key is a new action when enqueued again.
 	res, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "old-1", Effect: "test", Args: map[string]any{"other": true}})

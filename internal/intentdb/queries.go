@@ -255,11 +255,12 @@ func (q *Queries) Resolve(ctx context.Context, db Querier, namespace, key, state
 
 func (q *Queries) renderMaintenance(r func(string) string) {
 	// SKIP LOCKED: a row an operator is resolving right now is left for the
-	// next run rather than waited for. Only terminal rows are candidates
-	// (the partial index outbox_intent_prunable holds exactly those).
+	// next run rather than waited for. Only terminal rows that no operator
+	// must look at are candidates (the partial index outbox_intent_prunable
+	// holds exactly those): an unknown intent stays until it is resolved.
 	q.sqlPrune = r(`DELETE FROM {{schema}}.outbox_intent WHERE id IN (
 		SELECT id FROM {{schema}}.outbox_intent
-		WHERE state IN ('succeeded', 'failed', 'unknown', 'cancelled') AND completed_at < now() - $1::interval
+		WHERE state IN ('succeeded', 'failed', 'cancelled') AND completed_at < now() - $1::interval
 		ORDER BY completed_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED)`)
