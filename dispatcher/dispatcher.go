@@ -76,6 +76,11 @@ type Config struct {
 	// workers.RetentionDefault.
 	Retention time.Duration
 
+	// ReconcileInterval is how often River's leader repairs intents whose
+	// River job is finished or gone (workers.ReconcileWorker). Defaults to
+	// workers.ReconcileIntervalDefault.
+	ReconcileInterval time.Duration
+
 	// Schema holds River's and outbox's tables. Defaults to "outbox".
 	Schema string
 
@@ -129,6 +134,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if c.PruneInterval == 0 {
 		c.PruneInterval = PruneIntervalDefault
 	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = workers.ReconcileIntervalDefault
+	}
 	if c.Retention == 0 {
 		c.Retention = workers.RetentionDefault
 	}
@@ -139,7 +147,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		c.Workers = WorkersDefault
 	}
 	if c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.MaxAttempts < 0 ||
-		c.PruneInterval < 0 || c.Retention < 0 || c.Workers < 0 {
+		c.PruneInterval < 0 || c.ReconcileInterval < 0 || c.Retention < 0 || c.Workers < 0 {
 		return nil, errors.New("dispatcher: durations and sizes must be positive")
 	}
 	if len(c.Effects.Names()) == 0 {
@@ -166,11 +174,25 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 
+	reconciler, err := workers.NewReconcileWorker(pool, &workers.ReconcileWorkerConfig{
+		Effects:  c.Effects,
+		Interval: c.ReconcileInterval,
+		Logger:   c.Logger,
+		Metrics:  c.Metrics,
+		Schema:   c.Schema,
+	})
+	if err != nil {
+		return nil, err
+	}
+
 	riverWorkers := river.NewWorkers()
 	if err := river.AddWorkerSafely(riverWorkers, worker); err != nil {
 		return nil, err
 	}
 	if err := river.AddWorkerSafely(riverWorkers, pruner); err != nil {
+		return nil, err
+	}
+	if err := river.AddWorkerSafely(riverWorkers, reconciler); err != nil {
 		return nil, err
 	}
 	queues := map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}
@@ -192,6 +214,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 			river.NewPeriodicJob(river.PeriodicInterval(c.PruneInterval), func() (river.JobArgs, *river.InsertOpts) {
 				return workers.PruneArgs{}, &river.InsertOpts{Queue: QueueMaintenance}
 			}, &river.PeriodicJobOpts{RunOnStart: true, ID: "outbox_prune"}),
+			// Periodic jobs are inserted by River's leader only, so one
+			// replica reconciles at a time.
+			river.NewPeriodicJob(river.PeriodicInterval(c.ReconcileInterval), func() (river.JobArgs, *river.InsertOpts) {
+				return workers.ReconcileArgs{}, &river.InsertOpts{Queue: QueueMaintenance}
+			}, &river.PeriodicJobOpts{RunOnStart: true, ID: "outbox_reconcile"}),
 		},
 		Queues:  queues,
 		Schema:  c.Schema,

@@ -164,7 +164,7 @@ func TestDrain(t *testing.T) {
 		d := b.dispatcher(t, nil)
 		c, err := d.Drain(ctx)
 		require.NoError(t, err)
-		require.Equal(t, 3, c)
+		require.Equal(t, 2, c, "the drain takes only the effects it runs")
 
 		bad, err := b.client.Get(ctx, "", "bad")
 		require.NoError(t, err)
@@ -172,12 +172,41 @@ func TestDrain(t *testing.T) {
 		require.Equal(t, "invalid_args", bad.Error.Code)
 		require.Contains(t, bad.Error.Message, "_noop.fail")
 		require.Nil(t, bad.JobID)
+		// An effect no replica runs is not failed: a replica that runs it
+		// may come (a rolling deploy). It waits, pending, without a job.
 		unknown, err := b.client.Get(ctx, "", "unknown")
 		require.NoError(t, err)
-		require.Equal(t, outbox.StateFailed, unknown.State)
-		require.Equal(t, "unknown_effect", unknown.Error.Code)
+		require.Equal(t, outbox.StatePending, unknown.State)
+		require.Nil(t, unknown.JobID)
 		require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
 	})
+
+	t.Run("ReplicaWithoutAnEffectLeavesItsIntents", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.enqueueN(t, 5, "noop_at_most_once", map[string]any{})
+		// A replica that runs only noop, next to intents of another effect.
+		only, err := effects.NewRegistry(mustNoop(t, b, "noop", effects.GuaranteeDeduplicated))
+		require.NoError(t, err)
+		d, err := New(b.pool, &Config{Effects: only, Schema: b.schema})
+		require.NoError(t, err)
+		c, err := d.Drain(ctx)
+		require.NoError(t, err)
+		require.Zero(t, c)
+		require.Zero(t, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` WHERE state <> 'pending' OR job_id IS NOT NULL`))
+
+		// A replica that runs it dispatches them.
+		c, err = b.dispatcher(t, nil).Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 5, c)
+	})
+}
+
+func mustNoop(t *testing.T, b *testBundle, name string, g effects.Guarantee) effects.Effect {
+	t.Helper()
+	e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: b.pool, Schema: b.schema})
+	require.NoError(t, err)
+	return e
 }
 
 func TestDispatcher(t *testing.T) {

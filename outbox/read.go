@@ -190,9 +190,11 @@ func (c *Client) reread(ctx context.Context, q intentdb.Querier, last *Intent) (
 }
 
 // Cancel moves a pending intent to cancelled. It returns ErrNotCancellable
-// when the intent is no longer pending, when an attempt is in progress, or
-// when an earlier attempt may have reached the provider, and ErrNotFound when
-// there is no such intent.
+// once an attempt may have started, whatever River's job shows: when the
+// intent is no longer pending, when its job is running or ran an attempt that
+// recorded no outcome (a deduplicated effect's attempt killed mid-call), or
+// when an earlier attempt may have reached the provider. It returns
+// ErrNotFound when there is no such intent.
 func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, error) {
 	if namespace == "" {
 		namespace = NamespaceDefault
@@ -214,7 +216,7 @@ func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, er
 		case current.State == StatePending && current.MaybeSent:
 			msg = "an earlier attempt may have reached the provider"
 		case current.State == StatePending:
-			msg = "an attempt is in progress"
+			msg = "an attempt may have started: its River job is running, or ran an attempt that recorded no outcome"
 		}
 		return nil, &Error{Code: CodeNotCancellable, Message: msg}
 	}

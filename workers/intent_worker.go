@@ -298,6 +298,20 @@ func (w *IntentWorker) begin(ctx context.Context, job *river.Job[IntentArgs]) (*
 	return out.claimed, nil
 }
 
+// StaleAttemptError is what an attempt returns to River when another attempt
+// took its intent over and its own outcome was not recorded: River retries
+// the job, so that it completes only once its intent is terminal.
+type StaleAttemptError struct {
+	// IntentID is the intent.
+	IntentID int64
+	// Attempt is the stale attempt's number.
+	Attempt int
+}
+
+func (e *StaleAttemptError) Error() string {
+	return fmt.Sprintf("attempt %d of intent %d is stale: another attempt took the intent over", e.Attempt, e.IntentID)
+}
+
 // mayDedupe reports whether e is, or for some arguments can be, deduplicated.
 func mayDedupe(e effects.Effect) bool {
 	if _, ok := e.(effects.ArgsGuaranteer); ok {
@@ -372,7 +386,15 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		w.metrics.EffectAttempts.WithLabelValues(c.Effect, "stale").Inc()
 		w.logger.WarnContext(ctx, "stale attempt's write rejected: another attempt took the intent over",
 			slog.Int64("intent_id", c.ID), slog.Int("attempt", c.Attempt), slog.String("outcome", d.Outcome))
-		return nil
+		// Never success: River's completion is not fenced by attempt, so a
+		// stale attempt that returned nil would complete the job that the
+		// attempt which took over still needs, and an outcome that one then
+		// leaves for a retry (not sent, ambiguous) would never be retried.
+		// A plain error, not a snooze: a snooze rewinds the job's attempt
+		// counter, which the deduplicated path counts lost attempts with.
+		// The retry finds the intent terminal and completes the job, or
+		// takes its turn.
+		return &StaleAttemptError{IntentID: c.ID, Attempt: c.Attempt}
 	}
 	w.metrics.EffectAttempts.WithLabelValues(c.Effect, d.Outcome).Inc()
 	attrs := []any{slog.Int64("intent_id", c.ID), slog.String("effect", c.Effect), slog.Int("attempt", c.Attempt), slog.String("state", string(d.State))}

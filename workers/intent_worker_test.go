@@ -568,7 +568,11 @@ func TestIntentWorkerStaleAttempt(t *testing.T) {
 			require.True(t, taken.MaybeSent, "the overtaken attempt may have acted")
 
 			close(resume)
-			require.NoError(t, <-staleDone)
+			// The stale attempt must not complete the job: River retries
+			// it, and the retry finds the intent terminal.
+			var stale *workers.StaleAttemptError
+			require.ErrorAs(t, <-staleDone, &stale)
+			require.NoError(t, b.work(intent, 3))
 			require.Equal(t, 1.0, testutil.ToFloat64(b.metrics.StaleWrites))
 			final := b.get(t, "k")
 			require.Equal(t, taken.State, final.State)

@@ -12,6 +12,9 @@ type Metrics struct {
 	EffectAttempts *prometheus.CounterVec
 	// EffectDuration is outbox_effect_duration_seconds{effect}.
 	EffectDuration *prometheus.HistogramVec
+	// Reconciled is outbox_reconciled_total{reason}: intents the reconciler
+	// gave a fresh job, by what had become of their job.
+	Reconciled *prometheus.CounterVec
 	// StaleWrites is outbox_stale_writes_total: fenced writes rejected
 	// because another attempt had taken the intent over.
 	StaleWrites prometheus.Counter
@@ -35,13 +38,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of one effect call (provider round trip), by effect.",
 			Buckets: EffectDurationBuckets,
 		}, []string{"effect"}),
+		Reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_reconciled_total",
+			Help: "Non-terminal intents whose River job was finished or gone, given a fresh job, by what had become of the job.",
+		}, []string{"reason"}),
 		StaleWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_stale_writes_total",
 			Help: "Outcome writes rejected because another attempt had taken the intent over (fencing).",
 		}),
 	}
+	// Every reason is present from the start, so that a rate over it is
+	// defined before the first repair.
+	for _, reason := range []string{ReconcileReasonJobCancelled, ReconcileReasonJobCompleted, ReconcileReasonJobDiscarded, ReconcileReasonJobMissing} {
+		m.Reconciled.WithLabelValues(reason)
+	}
 	if reg != nil {
-		reg.MustRegister(m.EffectAttempts, m.EffectDuration, m.StaleWrites)
+		reg.MustRegister(m.EffectAttempts, m.EffectDuration, m.Reconciled, m.StaleWrites)
 	}
 	return m
 }

@@ -66,6 +66,10 @@ type Config struct {
 	// default.
 	Namespace string `env:"OUTBOX_NAMESPACE, default=default" expect:"a namespace of 1 to 64 printable ASCII characters without spaces" help:"namespace the command line acts for"`
 
+	// ReconcileInterval is how often River's leader repairs intents whose
+	// River job is finished or gone. Defaults to 10s.
+	ReconcileInterval time.Duration `env:"OUTBOX_RECONCILE_INTERVAL, default=10s" expect:"a positive duration such as 10s" help:"how often the leader repairs intents whose River job is finished or gone"`
+
 	// Retention is how long terminal intents, and so their keys, are kept.
 	// Defaults to 168h.
 	Retention time.Duration `env:"OUTBOX_RETENTION, default=168h" expect:"a positive duration such as 168h" help:"how long terminal intents (and so their keys) are kept"`
@@ -229,6 +233,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"LogLevel", validLevel(c.LogLevel)},
 		{"MaxAttempts", c.MaxAttempts >= 1},
 		{"Namespace", outbox.ValidateNamespace(c.Namespace) == nil},
+		{"ReconcileInterval", c.ReconcileInterval > 0},
 		{"Retention", c.Retention > 0},
 		{"Schema", schemaRE.MatchString(c.Schema)},
 		{"SMTPAddr", c.SMTPAddr == "" || validHostPort(c.SMTPAddr)},

@@ -132,6 +132,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		HTTPAddr:             cfg.HTTPAddr,
 		Logger:               logger,
 		MaxAttempts:          cfg.MaxAttempts,
+		ReconcileInterval:    cfg.ReconcileInterval,
 		Retention:            cfg.Retention,
 		Schema:               cfg.Schema,
 		UIPassword:           cfg.UIPassword,

@@ -75,6 +75,10 @@ type Config struct {
 	// dispatcher's default.
 	MaxAttempts int
 
+	// ReconcileInterval is how often the leader repairs intents whose River
+	// job is finished or gone. Defaults to the dispatcher's default.
+	ReconcileInterval time.Duration
+
 	// Retention is how long terminal intents are kept. Defaults to the
 	// dispatcher's default.
 	Retention time.Duration
@@ -145,14 +149,15 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	d.stops = append(d.stops, func(context.Context) error { d.metrics.gauges.Stop(); return nil })
 
 	if d.Dispatcher, err = dispatcher.New(pool, &dispatcher.Config{
-		EffectTimeout: c.EffectTimeout,
-		Effects:       c.Effects,
-		Logger:        c.Logger,
-		MaxAttempts:   c.MaxAttempts,
-		Metrics:       d.metrics.workers,
-		Retention:     c.Retention,
-		Schema:        c.Schema,
-		Workers:       c.Workers,
+		EffectTimeout:     c.EffectTimeout,
+		Effects:           c.Effects,
+		Logger:            c.Logger,
+		MaxAttempts:       c.MaxAttempts,
+		Metrics:           d.metrics.workers,
+		ReconcileInterval: c.ReconcileInterval,
+		Retention:         c.Retention,
+		Schema:            c.Schema,
+		Workers:           c.Workers,
 	}); err != nil {
 		return nil, err
 	}

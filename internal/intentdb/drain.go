@@ -9,10 +9,13 @@ import (
 
 func (q *Queries) renderDrain(r func(string) string) {
 	// The partial index outbox_intent_undispatched holds exactly these rows,
-	// in id order, so this reads only what it returns. SKIP LOCKED lets
-	// another drain take the next batch instead of waiting.
+	// in id order, so this reads little more than it returns. SKIP LOCKED
+	// lets another drain take the next batch instead of waiting. A drain
+	// takes only the effects its replica runs: during a rolling deploy, or
+	// with replicas configured for different providers, another replica's
+	// effects are left to it.
 	q.sqlDrainSelect = r(`SELECT id, effect, args FROM {{schema}}.outbox_intent
-		WHERE job_id IS NULL AND state = 'pending'
+		WHERE job_id IS NULL AND state = 'pending' AND effect = ANY($2::text[])
 		ORDER BY id
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED`)
@@ -44,11 +47,11 @@ type Undispatched struct {
 	Args   json.RawMessage
 }
 
-// SelectUndispatched locks up to limit pending intents without a job, in id
-// order, skipping those another drain holds. tx must be the drain's
-// transaction: the locks hold until it marks them and commits.
-func (q *Queries) SelectUndispatched(ctx context.Context, tx Querier, limit int) ([]Undispatched, error) {
-	rows, _ := tx.Query(ctx, q.sqlDrainSelect, limit)
+// SelectUndispatched locks up to limit pending intents of effects without a
+// job, in id order, skipping those another drain holds. tx must be the
+// drain's transaction: the locks hold until it marks them and commits.
+func (q *Queries) SelectUndispatched(ctx context.Context, tx Querier, effects []string, limit int) ([]Undispatched, error) {
+	rows, _ := tx.Query(ctx, q.sqlDrainSelect, limit, effects)
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[Undispatched])
 }
 

@@ -1,0 +1,123 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/workers"
+)
+
+// Every way a pending intent loses its River job, repaired by the
+// reconciler through a real River client: each intent then succeeds with
+// exactly one effect.
+func TestReconcilerRepairsLostJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	metrics := workers.NewMetrics(nil)
+	d := b.dispatcher(t, &Config{Metrics: metrics, ReconcileInterval: 100 * time.Millisecond})
+
+	// One intent per way, dispatched (a job each) before River works.
+	ways := []string{"cancelled", "deleted", "discarded", "completed", "at_most_once_cancelled"}
+	for _, way := range ways {
+		effect := "noop"
+		if way == "at_most_once_cancelled" {
+			effect = "noop_at_most_once"
+		}
+		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: way, Effect: effect, Args: map[string]any{}})
+		require.NoError(t, err)
+	}
+	n, err := d.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(ways), n)
+	jobOf := func(key string) int64 {
+		intent, err := b.client.Get(ctx, "", key)
+		require.NoError(t, err)
+		require.NotNil(t, intent.JobID)
+		return *intent.JobID
+	}
+
+	// What an operator does in River UI, through River's own API.
+	_, err = d.River().JobCancel(ctx, jobOf("cancelled"))
+	require.NoError(t, err)
+	_, err = d.River().JobCancel(ctx, jobOf("at_most_once_cancelled"))
+	require.NoError(t, err)
+	_, err = d.River().JobDelete(ctx, jobOf("deleted"))
+	require.NoError(t, err)
+	// What River does after the attempts, and what a stale attempt of an
+	// older version did, written as River writes them.
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("river_job")+` SET state = 'discarded', finalized_at = now() WHERE id = $1`, jobOf("discarded"))
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("river_job")+` SET state = 'completed', finalized_at = now() WHERE id = $1`, jobOf("completed"))
+	require.NoError(t, err)
+
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+
+	for _, way := range ways {
+		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		intent, err := b.client.Wait(waitCtx, "", way)
+		cancel()
+		require.NoError(t, err, way)
+		require.Equal(t, outbox.StateSucceeded, intent.State, way)
+		require.Equal(t, 1, noopEffects(t, b, intent.ProviderKey), way)
+	}
+	for reason, want := range map[string]float64{
+		workers.ReconcileReasonJobCancelled: 2,
+		workers.ReconcileReasonJobMissing:   1,
+		workers.ReconcileReasonJobDiscarded: 1,
+		workers.ReconcileReasonJobCompleted: 1,
+	} {
+		require.Equal(t, want, testutil.ToFloat64(metrics.Reconciled.WithLabelValues(reason)), reason)
+	}
+}
+
+// A deduplicated attempt killed mid-call leaves its intent pending (it is not
+// claimed) and its job with an attempt that recorded nothing; once River
+// rescued the job, it is no longer running, but a cancel must still be
+// refused: the provider may have acted.
+func TestCancelAfterARescuedAttemptIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := b.dispatcher(t, nil)
+	for _, key := range []string{"rescued", "retried"} {
+		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+	}
+	_, err := d.Drain(ctx)
+	require.NoError(t, err)
+
+	// As River's rescuer leaves a job whose attempt died: retryable, its
+	// attempt counted.
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("river_job")+` j SET state = 'retryable', attempt = 1, attempted_at = now()
+		FROM `+b.table("outbox_intent")+` i WHERE i.job_id = j.id AND i.key = 'rescued'`)
+	require.NoError(t, err)
+	_, err = b.client.Cancel(ctx, "", "rescued")
+	require.ErrorIs(t, err, outbox.ErrNotCancellable)
+	require.Contains(t, err.Error(), "an attempt may have started")
+
+	// A job whose attempt recorded its outcome (not sent: nothing reached
+	// the provider) may be cancelled.
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("river_job")+` j SET state = 'retryable', attempt = 1, attempted_at = now()
+		FROM `+b.table("outbox_intent")+` i WHERE i.job_id = j.id AND i.key = 'retried'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("outbox_intent")+` SET job_attempt = 1 WHERE key = 'retried'`)
+	require.NoError(t, err)
+	intent, err := b.client.Cancel(ctx, "", "retried")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StateCancelled, intent.State)
+}
+
+// noopEffects counts the noop effect's records for a provider key: every
+// effect it performed, deduplicated or not.
+func noopEffects(t *testing.T, b *testBundle, providerKey string) int {
+	t.Helper()
+	return b.scalar(t, fmt.Sprintf(`SELECT count(*) FROM %s WHERE provider_key = '%s'`, b.table("outbox_noop_effect"), providerKey))
+}
