@@ -184,8 +184,9 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 		MaybeSent: c.MaybeSent,
 		// A deduplicated effect is retried with the same provider key after
 		// a lost or ambiguous outcome, but past the provider's window a
-		// reused key is a new request: retrying could act twice.
-		PastWindow: guarantee == effects.GuaranteeDeduplicated && time.Since(c.CreatedAt) > effects.DedupeWindow(effect),
+		// reused key is a new request: retrying could act twice. Judged on
+		// the database's clock, a margin before the window ends.
+		PastWindow: guarantee == effects.GuaranteeDeduplicated && pastWindow(c.Age, effects.DedupeWindow(effect)),
 		Exhausted:  job.Attempt > w.maxAttempts,
 		Last:       job.Attempt >= w.maxAttempts,
 	}
@@ -237,6 +238,12 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 	}
 	return w.finish(ctx, c, d, err.Error(), nil, retryErr)
 }
+
+// pastWindow reports whether an intent of age is too close to the end of a
+// provider's dedupe window to resend under its key. The margin (1/24 of the
+// window: an hour of Stripe's 24) covers the time between this decision and
+// the request's arrival, and clocks that disagree with the provider's.
+func pastWindow(age, window time.Duration) bool { return age > window-window/24 }
 
 // startMessage explains a decision taken before anything was sent.
 func (w *IntentWorker) startMessage(d Decision, effect effects.Effect) string {

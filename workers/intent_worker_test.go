@@ -423,6 +423,23 @@ func TestIntentWorker(t *testing.T) {
 			require.Zero(t, b.effect.callCount(), "a reused key past the window would act again")
 		})
 
+		// The window is judged on the database's clock, with a margin
+		// before it ends (an hour's window: 2.5 minutes).
+		t.Run("DeduplicatedWithinTheMarginIsUnknown", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, effects.GuaranteeDeduplicated, nil)
+			intent := b.enqueue(t, "k")
+			b.crashMidAttempt(t, "k")
+			_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
+				` SET created_at = now() - interval '58 minutes'`)
+			require.NoError(t, err)
+			require.NoError(t, b.work(intent, 2))
+			got := b.get(t, "k")
+			require.Equal(t, outbox.StateUnknown, got.State)
+			require.Equal(t, "dedupe_window_passed", got.Error.Code)
+			require.Zero(t, b.effect.callCount())
+		})
+
 		t.Run("DeduplicatedOldButNeverSentIsSent", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeDeduplicated, nil)

@@ -32,7 +32,8 @@ func (q *Queries) renderAttempt(r func(string) string) {
 			    updated_at = now()
 			FROM old
 			WHERE t.id = old.id
-			RETURNING t.id, t.attempt, t.args, t.created_at, t.effect, t.maybe_sent, t.namespace, old.state, t.provider_key
+			RETURNING t.id, t.attempt, t.args, t.created_at, t.effect, t.maybe_sent, t.namespace, old.state, t.provider_key,
+			          extract(epoch FROM now() - t.created_at)::float8 AS age
 		), notified AS (
 			-- One notification per chunk of ids rather than per intent:
 			-- listeners wake once per batch.
@@ -49,7 +50,8 @@ func (q *Queries) renderAttempt(r func(string) string) {
 	// the provider dedupes concurrent attempts on the provider key, so the
 	// claim's write (and its commit) would buy nothing. Its finish is then
 	// fenced on the state and attempt number it read.
-	q.sqlRead = r(`SELECT id, attempt, args, created_at, effect, maybe_sent, namespace, state, provider_key, lease_expires_at, job_attempt
+	q.sqlRead = r(`SELECT id, attempt, args, created_at, effect, maybe_sent, namespace, state, provider_key, lease_expires_at, job_attempt,
+			extract(epoch FROM now() - created_at)::float8
 		FROM {{schema}}.outbox_intent WHERE id = ANY($1::bigint[])`)
 	// The finish is fenced: it matches only a row still in the state, and
 	// under the attempt number, that its attempt left it in (running after a
@@ -89,9 +91,12 @@ type AttemptRow struct {
 	ID int64
 	// Attempt is the intent's attempt number: after a claim, this attempt's
 	// own (the fencing token); after a read, the last one recorded.
-	Attempt     int
-	Args        json.RawMessage
-	CreatedAt   time.Time
+	Attempt   int
+	Args      json.RawMessage
+	CreatedAt time.Time
+	// Age is the intent's age on the database's clock, the one that wrote
+	// created_at: windows are never judged by a clock that disagrees.
+	Age         time.Duration
 	Effect      string
 	MaybeSent   bool
 	Namespace   string
@@ -114,12 +119,17 @@ func (q *Queries) Claim(ctx context.Context, db Querier, ids []int64, lease time
 	rows, _ := db.Query(ctx, q.sqlClaim, ids, lease)
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AttemptRow, error) {
 		var a AttemptRow
+		var age float64
 		var notified int64
-		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &notified)
+		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &age, &notified)
+		a.Age = seconds(age)
 		return &a, err
 	})
 	return byID(claimed), err
 }
+
+// seconds is a duration read as seconds from the database.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // byID indexes attempt rows by intent id.
 func byID(rows []*AttemptRow) map[int64]*AttemptRow {
@@ -154,8 +164,10 @@ func (q *Queries) Read(ctx context.Context, db Querier, ids []int64) (map[int64]
 	rows, _ := db.Query(ctx, q.sqlRead, ids)
 	read, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AttemptRow, error) {
 		var a AttemptRow
+		var age float64
 		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace,
-			&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt)
+			&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt, &age)
+		a.Age = seconds(age)
 		return &a, err
 	})
 	return byID(read), err

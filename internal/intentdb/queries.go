@@ -309,7 +309,7 @@ func (q *Queries) CountByState(ctx context.Context, db Querier) (*StateCounts, e
 		oldest = max(oldest, age)
 		return nil
 	})
-	out.OldestPendingAge = time.Duration(oldest * float64(time.Second))
+	out.OldestPendingAge = seconds(oldest)
 	return out, err
 }
 
