@@ -30,13 +30,10 @@ var slow = sandbox.Fault{Kind: sandbox.FaultSlow, Delay: 5 * time.Second}
 func runFaultCases(t *testing.T, p *providerEnv, cases []faultCase) {
 	t.Helper()
 	keys := make([]string, len(cases))
-	for i, tc := range cases {
-		keys[i] = tc.effect + "-" + tc.name
-		p.standIn(tc.effect).MisbehaveFor(outbox.ProviderKey(outbox.NamespaceDefault, keys[i]), tc.fault)
-	}
 	p.serve()
 	for i, tc := range cases {
-		p.enqueue(t, keys[i], tc.effect, effectArgs[tc.effect])
+		keys[i] = tc.effect + "-" + tc.name
+		p.enqueueWithFaults(t, keys[i], tc.effect, effectArgs[tc.effect], tc.fault)
 	}
 	for i, tc := range cases {
 		t.Run(tc.effect+"/"+tc.name, func(t *testing.T) {

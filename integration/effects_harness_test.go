@@ -91,6 +91,23 @@ func (p *providerEnv) enqueue(t *testing.T, key, effect string, args map[string]
 	return res.Intent
 }
 
+// enqueueWithFaults records an intent whose provider requests meet faults,
+// one each, in order: the faults are queued at the stand-in under the
+// intent's provider key (which its id is part of) before the intent commits,
+// so that no attempt can come first.
+func (p *providerEnv) enqueueWithFaults(t *testing.T, key, effect string, args map[string]any, faults ...sandbox.Fault) *outbox.Intent {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := p.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	res, err := p.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: key, Effect: effect, Args: args})
+	require.NoError(t, err)
+	p.standIn(effect).MisbehaveFor(res.Intent.ProviderKey, faults...)
+	require.NoError(t, tx.Commit(ctx))
+	return res.Intent
+}
+
 // waitIntent waits until the intent is terminal, failing t (not the env's
 // test) otherwise.
 func (p *providerEnv) waitIntent(t *testing.T, key string, timeout time.Duration) *outbox.Intent {

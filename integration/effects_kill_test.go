@@ -42,18 +42,16 @@ func TestEffectsKillServe(t *testing.T) {
 	// times out before all of them hang and the kill comes.
 	p := newProviderEnv(t, true, "OUTBOX_EFFECT_TIMEOUT=3s")
 	keys := make([]string, len(cases))
-	for i, tc := range cases {
-		keys[i] = tc.effect + "-" + string(tc.point)
-		p.standIn(tc.effect).MisbehaveFor(outbox.ProviderKey(outbox.NamespaceDefault, keys[i]), sandbox.Fault{Kind: tc.point})
-	}
+	intents := make([]*outbox.Intent, len(cases))
 	first := p.serve()
 	for i, tc := range cases {
-		p.enqueue(t, keys[i], tc.effect, effectArgs[tc.effect])
+		keys[i] = tc.effect + "-" + string(tc.point)
+		intents[i] = p.enqueueWithFaults(t, keys[i], tc.effect, effectArgs[tc.effect], sandbox.Fault{Kind: tc.point})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i, tc := range cases {
-		require.NoError(t, p.standIn(tc.effect).WaitHanging(ctx, outbox.ProviderKey(outbox.NamespaceDefault, keys[i])))
+		require.NoError(t, p.standIn(tc.effect).WaitHanging(ctx, intents[i].ProviderKey))
 	}
 	first.kill9()
 

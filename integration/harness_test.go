@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -110,17 +111,20 @@ type process struct {
 	t    *testing.T
 	cmd  *exec.Cmd
 	done chan struct{}
+	// addr is where it serves HTTP.
+	addr string
 
 	mu    sync.Mutex
 	lines []string
 	cond  *sync.Cond
 }
 
-// serve starts `outboxd serve` and waits until it listens.
-func (e *env) serve() *process {
+// serve starts `outboxd serve` and waits until it listens. extra variables
+// are added to the env's, for this process only.
+func (e *env) serve(extra ...string) *process {
 	e.t.Helper()
 	cmd := exec.Command(outboxd(e.t), "serve")
-	cmd.Env = e.vars
+	cmd.Env = append(slices.Clone(e.vars), extra...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(e.t, err)
 	cmd.Stdout = io.Discard
@@ -149,7 +153,10 @@ func (e *env) serve() *process {
 			e.t.Logf("outboxd serve (pid %d) said:\n%s", cmd.Process.Pid, p.output())
 		}
 	})
-	p.waitFor("outboxd serving", 30*time.Second)
+	line := p.waitFor("outboxd serving", 30*time.Second)
+	if _, after, ok := strings.Cut(line, "addr="); ok {
+		p.addr, _, _ = strings.Cut(after, " ")
+	}
 	return p
 }
 

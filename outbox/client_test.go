@@ -72,7 +72,7 @@ func TestEnqueueTx(t *testing.T) {
 		require.Equal(t, outbox.NamespaceDefault, first.Intent.Namespace)
 		require.Equal(t, outbox.KeySourceExplicit, first.Intent.KeySource)
 		require.Equal(t, "agent-7", *first.Intent.RequestedBy)
-		require.Equal(t, outbox.ProviderKey("default", "k1"), first.Intent.ProviderKey)
+		require.Equal(t, outbox.ProviderKey("default", "k1", first.Intent.ID), first.Intent.ProviderKey)
 		require.LessOrEqual(t, len(first.Intent.ProviderKey), 64)
 		require.NotContains(t, first.Intent.ProviderKey, "k1")
 
@@ -458,8 +458,14 @@ func TestSQLEnqueue(t *testing.T) {
 
 	// The SQL provider key is the Go one.
 	var pk string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT `+pgx.Identifier{b.schema, "outbox_provider_key"}.Sanitize()+`('ns', 'clé')`).Scan(&pk))
-	require.Equal(t, outbox.ProviderKey("ns", "clé"), pk)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT `+pgx.Identifier{b.schema, "outbox_provider_key"}.Sanitize()+`('ns', 'clé', 42)`).Scan(&pk))
+	require.Equal(t, outbox.ProviderKey("ns", "clé", 42), pk)
+
+	// An intent inserted by hand gets its provider key from the table.
+	var byHandID int64
+	require.NoError(t, conn.QueryRow(ctx, `INSERT INTO `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
+		` (namespace, key, effect, args) VALUES ('ns', 'by-hand', 'noop', '{}') RETURNING id, provider_key`).Scan(&byHandID, &pk))
+	require.Equal(t, outbox.ProviderKey("ns", "by-hand", byHandID), pk)
 
 	// Bad input from SQL is refused by the table's constraints.
 	_, err = conn.Exec(ctx, `SELECT * FROM `+fn+`('default', 'has space', 'noop', '{}')`)

@@ -41,14 +41,21 @@ func validateToken(field, s string, maxLen int) error {
 	return nil
 }
 
-// ProviderKey is the key sent to providers for the intent (namespace, key). It
-// is the same derivation as the SQL function outbox_provider_key, which is the
-// one actually used; this copy lets tests and tools compute it without a
-// database.
-func ProviderKey(namespace, key string) string {
+// ProviderKey is the key sent to providers for the intent id, (namespace,
+// key). It is the same derivation as the SQL function outbox_provider_key,
+// which is the one actually used (an intent's ProviderKey field holds what
+// was stored); this copy lets tools compute it without a database.
+//
+// The id is part of it so that a key enqueued again after its intent was
+// pruned, a new action, does not send the old provider key, which a
+// provider that still remembers it would answer with the old result.
+// Intents created before this derivation keep the key of (namespace, key).
+func ProviderKey(namespace, key string, id int64) string {
 	h := sha256.New()
 	h.Write([]byte(namespace))
 	h.Write([]byte{0})
 	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.FormatInt(id, 10)))
 	return "obx_" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }

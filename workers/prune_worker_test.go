@@ -22,8 +22,10 @@ func TestPruneWorker(t *testing.T) {
 
 	// 7 old terminal intents (more than one batch of 3), 1 recent terminal,
 	// and old non-terminal ones, which are never pruned.
+	oldProviderKeys := map[string]string{}
 	for i := range 7 {
-		b.enqueue(t, fmt.Sprintf("old-%d", i))
+		key := fmt.Sprintf("old-%d", i)
+		oldProviderKeys[key] = b.enqueue(t, key).ProviderKey
 	}
 	b.enqueue(t, "recent")
 	b.enqueue(t, "old-pending")
@@ -75,8 +77,13 @@ func TestPruneWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(unknown), n)
 
-	// A pruned key is a new action when enqueued again.
+	// A pruned key is a new action when enqueued again, with a provider key
+	// of its own: a provider that still remembers the old one (Stripe, 24 h)
+	// would otherwise answer the new action with the old result.
+	require.NotContains(t, kept, "old-1")
 	res, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "old-1", Effect: "test", Args: map[string]any{"other": true}})
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
+	require.NotEqual(t, oldProviderKeys["old-1"], res.Intent.ProviderKey)
+	require.Equal(t, outbox.ProviderKey(outbox.NamespaceDefault, "old-1", res.Intent.ID), res.Intent.ProviderKey)
 }

@@ -44,13 +44,21 @@ func TestServeLogsRedacted(t *testing.T) {
 			"reply_to": "ada.lovelace.9012@example.com", "subject": "` + subject + `",
 			"text": "The results of your test 8821 are attached", "html": "<b>balance 77123 EUR</b>"}}`
 	}
-	sink.MisbehaveFor(outbox.ProviderKey("default", "log-refused"), sandbox.Fault{Kind: sandbox.FaultReject})
-	sink.MisbehaveFor(outbox.ProviderKey("default", "log-lost"), sandbox.Fault{Kind: sandbox.FaultReset})
-	for key, want := range map[string]outbox.State{
-		"log-sent":    outbox.StateSucceeded,
-		"log-refused": outbox.StateFailed,
-		"log-lost":    outbox.StateUnknown,
+	// One at a time, so that a fault queued for the sink's next message
+	// meets that intent's attempt.
+	for _, tc := range []struct {
+		key   string
+		fault sandbox.FaultKind
+		want  outbox.State
+	}{
+		{"log-sent", "", outbox.StateSucceeded},
+		{"log-refused", sandbox.FaultReject, outbox.StateFailed},
+		{"log-lost", sandbox.FaultReset, outbox.StateUnknown},
 	} {
+		key, want := tc.key, tc.want
+		if tc.fault != "" {
+			sink.Misbehave(sandbox.Fault{Kind: tc.fault})
+		}
 		status, _ := apiCall(t, http.MethodPost, api, key, email("grace.hopper.7731@example.org", "Diagnosis 5512 for Grace"))
 		require.Equal(t, http.StatusCreated, status)
 		_, intent := apiCall(t, http.MethodGet, api+"/"+key+"?wait=20s", "", "")

@@ -34,7 +34,7 @@ func TestMigrate(t *testing.T) {
 
 		res = runEnv(t, env, nil, "migrate", "up")
 		require.Equal(t, 0, res.code, res.stderr)
-		require.Regexp(t, `^(applied river \d{3} .+\n)+applied outbox 001 intents\napplied outbox 002 keep_unknown\n$`, res.stdout)
+		require.Regexp(t, `^(applied river \d{3} .+\n)+applied outbox 001 intents\napplied outbox 002 self_healing\n$`, res.stdout)
 		riverApplied := len(regexp.MustCompile(`(?m)^applied river`).FindAllString(res.stdout, -1))
 
 		res = runEnv(t, env, nil, "migrate", "up")
@@ -46,7 +46,7 @@ func TestMigrate(t *testing.T) {
 
 		res = runEnv(t, env, nil, "migrate", "down")
 		require.Equal(t, 0, res.code, res.stderr)
-		require.Equal(t, "reverted outbox 002 keep_unknown\n", res.stdout)
+		require.Equal(t, "reverted outbox 002 self_healing\n", res.stdout)
 
 		res = runEnv(t, env, nil, "migrate", "down")
 		require.Equal(t, 0, res.code, res.stderr)

@@ -285,9 +285,10 @@ func (s *Story) postCharge(ctx context.Context, key string, start time.Time) <-c
 func (s *Story) chargeWithOutbox(ctx context.Context) error {
 	lane := &s.outbox
 	lane.key = "demo-" + s.run + "-order-1001-charge"
-	providerKey := outbox.ProviderKey(s.env.Namespace, lane.key)
+	// The story's parts run one after another, so the next charge Stripe
+	// receives is the worker's.
 	stripe := s.env.Sandbox.Stripe
-	stripe.MisbehaveFor(providerKey, sandbox.Fault{Kind: sandbox.FaultSlow, Delay: providerDelay})
+	stripe.Misbehave(sandbox.Fault{Kind: sandbox.FaultSlow, Delay: providerDelay})
 	args := map[string]any{
 		"amount": chargeAmount, "currency": chargeCurrency, "customer": chargeCustomer,
 		"payment_method": chargePaymentMethod, "description": "order 1001",
@@ -313,6 +314,7 @@ func (s *Story) chargeWithOutbox(ctx context.Context) error {
 		return err
 	}
 	lane.final = final
+	providerKey := finalProviderKey(final)
 	if intent, err := s.env.Client.Get(ctx, s.env.Namespace, lane.key); err == nil && intent.JobID != nil {
 		if job, err := s.env.Daemon.Dispatcher.River().JobGet(ctx, *intent.JobID); err == nil {
 			lane.attempts = job.Attempt
@@ -386,11 +388,8 @@ func (s *Story) printCharge() {
 func (s *Story) emailCrash(ctx context.Context) error {
 	lost := &s.email
 	lost.key = "demo-" + s.run + "-order-1001-receipt"
-	providerKey := outbox.ProviderKey(s.env.Namespace, lost.key)
 	sink := s.env.Sandbox.SMTP
-	// The sink knows a message by its Message-ID, derived from the
-	// provider key.
-	sink.MisbehaveFor(providerKey, sandbox.Fault{Kind: sandbox.FaultReset})
+	sink.Misbehave(sandbox.Fault{Kind: sandbox.FaultReset})
 	args := map[string]any{
 		"to":      []string{"ada@example.com"},
 		"subject": "Your receipt for order 1001",
@@ -414,6 +413,9 @@ func (s *Story) emailCrash(ctx context.Context) error {
 		return err
 	}
 	lost.calls, lost.final = []*apiAnswer{first, again}, final
+	// The sink knows a message by its Message-ID, derived from the
+	// provider key.
+	providerKey := finalProviderKey(final)
 	lost.effects, lost.requests = sink.EffectsFor(providerKey), sink.RequestsFor(providerKey)
 
 	s.out.Printf("   email   at_most_once: SMTP can neither dedupe nor be asked whether a message went out.\n")
@@ -433,9 +435,8 @@ func (s *Story) emailCrash(ctx context.Context) error {
 func (s *Story) ticketReconciled(ctx context.Context) error {
 	lost := &s.ticket
 	lost.key = "demo-" + s.run + "-order-1001-ticket"
-	providerKey := outbox.ProviderKey(s.env.Namespace, lost.key)
 	zendesk := s.env.Sandbox.Zendesk
-	zendesk.MisbehaveFor(providerKey, sandbox.Fault{Kind: sandbox.FaultServerError})
+	zendesk.Misbehave(sandbox.Fault{Kind: sandbox.FaultServerError})
 	args := map[string]any{
 		"subject":  "Order 1001: customer asks for an invoice",
 		"body":     "Please send an invoice for order 1001.",
@@ -453,6 +454,7 @@ func (s *Story) ticketReconciled(ctx context.Context) error {
 		return err
 	}
 	lost.calls, lost.final = []*apiAnswer{first}, final
+	providerKey := finalProviderKey(final)
 	lost.effects, lost.requests = zendesk.EffectsFor(providerKey), zendesk.RequestsFor(providerKey)
 
 	var result struct {
@@ -662,6 +664,14 @@ func (o *Output) Progress(what string) (done func()) {
 			<-stopped
 		}
 	}
+}
+
+// finalProviderKey is the provider key of an answer's intent, "" without one.
+func finalProviderKey(a *apiAnswer) string {
+	if a == nil || a.Intent == nil {
+		return ""
+	}
+	return a.Intent.ProviderKey
 }
 
 // isTerminal reports whether w is a terminal.

@@ -194,7 +194,7 @@ func TestEnqueue(t *testing.T) {
 		require.Equal(t, outbox.StatePending, first.State)
 		require.Equal(t, outbox.KeySourceExplicit, first.KeySource)
 		require.Equal(t, "agent-7", *first.RequestedBy)
-		require.Equal(t, outbox.ProviderKey("alpha", "order-1"), first.ProviderKey)
+		require.Equal(t, outbox.ProviderKey("alpha", "order-1", first.ID), first.ProviderKey)
 
 		// Every field of the intent JSON, and duplicate.
 		var fields map[string]any

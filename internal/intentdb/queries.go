@@ -49,12 +49,14 @@ func (q *Queries) renderClient(r func(string) string) {
 	// cannot see that row. Enqueue then calls outbox_enqueue_try
 	// (sqlEnqueueRetry), whose statements take fresh snapshots.
 	//
+	// The provider key is set by the table's trigger, from the new row's id.
+	//
 	// The notification wakes the dispatcher's drain; like the function, a
 	// session notifies at most once per NotifyWindow, because a notifying
 	// commit holds a database-wide lock until it is durable.
 	q.sqlEnqueue = r(`WITH ins AS (
-			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, provider_key, requested_by, key_source)
-			VALUES ($1, $2, $3, $4, {{schema}}.outbox_provider_key($1, $2), $5, $6)
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source)
+			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (namespace, key) DO NOTHING
 			RETURNING {{columns}}
 		), notified AS (
