@@ -256,4 +256,3 @@ func scalar(t *testing.T, e *env, sql string) int {
 	require.NoError(t, e.pool.QueryRow(context.Background(), sql).Scan(&n))
 	return n
 }
-
