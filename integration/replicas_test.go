@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,8 +21,11 @@ import (
 func TestReplicasWithRandomKills(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t)
+	// With the reconciler on, and often, so that its repairs (if any) are
+	// part of the run.
+	e := newEnv(t, "OUTBOX_RECONCILE_INTERVAL=2s")
 	replicas := []*process{e.serve(), e.serve(), e.serve()}
+	started := slices.Clone(replicas)
 
 	const total = 2000
 	done := make(chan struct{})
@@ -48,6 +53,7 @@ func TestReplicasWithRandomKills(t *testing.T) {
 		replicas[i].kill9()
 		kills++
 		replicas[i] = e.serve()
+		started = append(started, replicas[i])
 	}
 	<-done
 
@@ -62,7 +68,12 @@ func TestReplicasWithRandomKills(t *testing.T) {
 	}
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT $1::int - count(*) FILTER (WHERE state = 'succeeded') FROM `+e.table("outbox_intent"), total).Scan(&lost))
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT provider_key) FROM `+e.table("outbox_noop_effect")).Scan(&effects, &duplicated))
-	t.Logf("replicas 3, kills %d, intents %d, succeeded %d, lost %d, effects %d, duplicated %d", kills, total, succeeded, lost, effects, duplicated)
+	repairs := 0
+	for _, p := range started {
+		repairs += strings.Count(p.output(), "given a fresh job")
+	}
+	t.Logf("replicas 3, kills %d, intents %d, succeeded %d, lost %d, effects %d, duplicated %d, reconciler repairs %d",
+		kills, total, succeeded, lost, effects, duplicated, repairs)
 	require.Zero(t, lost)
 	require.Zero(t, duplicated)
 	require.Equal(t, total, effects)
