@@ -80,8 +80,15 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 		}
 		ids = append(ids, u.ID)
 		params = append(params, river.InsertManyParams{
-			Args:       workers.IntentArgs{IntentID: u.ID},
-			InsertOpts: &river.InsertOpts{Queue: u.Effect, MaxAttempts: d.maxAttempts},
+			Args: workers.IntentArgs{IntentID: u.ID},
+			InsertOpts: &river.InsertOpts{
+				MaxAttempts: d.maxAttempts,
+				// For River UI: whose intent, of which effect, without
+				// leaving it. Never the key or the arguments, which can
+				// carry personal data.
+				Metadata: jobMetadata(u.Namespace, u.Effect),
+				Queue:    u.Effect,
+			},
 		})
 	}
 
@@ -215,6 +222,15 @@ func (d *drainer) listen(ctx context.Context, wake chan<- struct{}) {
 		Name:          "drain",
 		NotifyFunc:    func(string) { signal(wake) },
 	})
+}
+
+// jobMetadata is an intent job's River metadata.
+func jobMetadata(namespace, effect string) []byte {
+	b, _ := json.Marshal(struct { //nolint:errchkjson // two strings always encode
+		Effect    string `json:"effect"`
+		Namespace string `json:"namespace"`
+	}{effect, namespace})
+	return b
 }
 
 func signal(c chan<- struct{}) {

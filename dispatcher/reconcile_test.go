@@ -2,11 +2,13 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/outbox"
@@ -120,4 +122,43 @@ func TestCancelAfterARescuedAttemptIsRefused(t *testing.T) {
 func noopEffects(t *testing.T, b *testBundle, providerKey string) int {
 	t.Helper()
 	return b.scalar(t, fmt.Sprintf(`SELECT count(*) FROM %s WHERE provider_key = '%s'`, b.table("outbox_noop_effect"), providerKey))
+}
+
+// River UI shows what a job is for and what it did, from the job alone: the
+// drain puts the intent's namespace and effect in the job's metadata, and
+// each attempt records its outcome as the job's output, without the key or
+// the arguments.
+func TestJobsSayWhatTheyDid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := b.dispatcher(t, nil)
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+
+	_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Namespace: "billing", Key: "secret-key-7", Effect: "noop", Args: map[string]any{"email": "ann@example.com"}})
+	require.NoError(t, err)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	intent, err := b.client.Wait(waitCtx, "billing", "secret-key-7")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StateSucceeded, intent.State)
+
+	// The output is written with the job's completion, just after.
+	var job *rivertype.JobRow
+	require.Eventually(t, func() bool {
+		job, err = d.River().JobGet(ctx, *intent.JobID)
+		return err == nil && job.State == rivertype.JobStateCompleted
+	}, 10*time.Second, 20*time.Millisecond)
+	var meta struct {
+		Effect    string                `json:"effect"`
+		Namespace string                `json:"namespace"`
+		Output    workers.AttemptOutput `json:"output"`
+	}
+	require.NoError(t, json.Unmarshal(job.Metadata, &meta))
+	require.Equal(t, "noop", meta.Effect)
+	require.Equal(t, "billing", meta.Namespace)
+	require.Equal(t, workers.AttemptOutput{Attempt: 1, IntentID: intent.ID, State: "succeeded", ProviderObjectID: meta.Output.ProviderObjectID}, meta.Output)
+	require.NotContains(t, string(job.Metadata), "secret-key-7")
+	require.NotContains(t, string(job.Metadata), "ann@example.com")
 }

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -269,7 +272,10 @@ func (w *IntentWorker) begin(ctx context.Context, job *river.Job[IntentArgs]) (*
 			return nil, err
 		}
 		switch {
-		case r == nil || outbox.State(r.State).Terminal():
+		case r == nil:
+			return nil, nil
+		case outbox.State(r.State).Terminal():
+			recordOutput(ctx, &AttemptOutput{IntentID: id, State: r.State})
 			return nil, nil
 		case outbox.State(r.State) == outbox.StatePending && effects.GuaranteeOf(e, r.Args) == effects.GuaranteeDeduplicated:
 			c := &claimed{AttemptRow: *r, prevState: outbox.StatePending, expectState: outbox.StatePending, expectAttempt: r.Attempt}
@@ -303,6 +309,63 @@ func (w *IntentWorker) begin(ctx context.Context, job *river.Job[IntentArgs]) (*
 			slog.Int("attempt", out.claimed.Attempt), slog.String("state", string(outbox.StateRunning)))
 	}
 	return out.claimed, nil
+}
+
+// AttemptOutput is what an attempt records as its River job's output
+// (river.RecordOutput), so that River UI's job page says what happened
+// without leaving it: never the key or the arguments, which can carry
+// personal data.
+type AttemptOutput struct {
+	// Attempt is the intent's attempt number.
+	Attempt int `json:"attempt,omitempty"`
+	// ErrorCode is the recorded error's code, if any.
+	ErrorCode string `json:"error_code,omitempty"`
+	// IntentID is the intent.
+	IntentID int64 `json:"intent_id"`
+	// ProviderObjectID is the id of what the provider made (a
+	// PaymentIntent, a ticket, a Message-ID), when it says.
+	ProviderObjectID string `json:"provider_object_id,omitempty"`
+	// State is the state this attempt left the intent in, "stale" when
+	// another attempt had taken it over, or the state it found it in.
+	State string `json:"state"`
+}
+
+// recordOutput records out as the job's output. Outside River (a test
+// calling Work) there is nowhere to record it, which is no error.
+func recordOutput(ctx context.Context, out *AttemptOutput) {
+	_ = river.RecordOutput(ctx, out)
+}
+
+// providerObjectID picks the provider's object id out of an effect's result:
+// its top-level "id", or a top-level field ending in "_id".
+func providerObjectID(result json.RawMessage) string {
+	if len(result) == 0 {
+		return ""
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(result, &fields) != nil {
+		return ""
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		if strings.HasSuffix(k, "_id") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys) // a stable choice when there are several
+	for _, k := range append([]string{"id"}, keys...) {
+		var v any
+		if json.Unmarshal(fields[k], &v) != nil {
+			continue
+		}
+		switch v := v.(type) {
+		case string:
+			return v
+		case float64:
+			return strconv.FormatFloat(v, 'f', -1, 64)
+		}
+	}
+	return ""
 }
 
 // StaleAttemptError is what an attempt returns to River when another attempt
@@ -346,6 +409,7 @@ func (w *IntentWorker) notClaimed(ctx context.Context, id int64, out *claimOutco
 		// job rescued after its intent was finished. Harmless by design.
 		w.logger.DebugContext(ctx, "intent already final, job does nothing",
 			slog.Int64("intent_id", id), slog.String("state", string(out.state)))
+		recordOutput(ctx, &AttemptOutput{IntentID: id, State: string(out.state)})
 		return nil
 	}
 }
@@ -401,8 +465,13 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		// counter, which the deduplicated path counts lost attempts with.
 		// The retry finds the intent terminal and completes the job, or
 		// takes its turn.
+		recordOutput(ctx, &AttemptOutput{Attempt: c.Attempt, IntentID: c.ID, State: "stale"})
 		return &StaleAttemptError{IntentID: c.ID, Attempt: c.Attempt}
 	}
+	recordOutput(ctx, &AttemptOutput{
+		Attempt: c.Attempt, ErrorCode: d.Code, IntentID: c.ID,
+		ProviderObjectID: providerObjectID(result), State: string(d.State),
+	})
 	w.metrics.EffectAttempts.WithLabelValues(c.Effect, d.Outcome).Inc()
 	attrs := []any{slog.Int64("intent_id", c.ID), slog.String("effect", c.Effect), slog.Int("attempt", c.Attempt), slog.String("state", string(d.State))}
 	switch {

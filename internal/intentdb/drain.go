@@ -14,7 +14,7 @@ func (q *Queries) renderDrain(r func(string) string) {
 	// takes only the effects its replica runs: during a rolling deploy, or
 	// with replicas configured for different providers, another replica's
 	// effects are left to it.
-	q.sqlDrainSelect = r(`SELECT id, effect, args FROM {{schema}}.outbox_intent
+	q.sqlDrainSelect = r(`SELECT id, namespace, effect, args FROM {{schema}}.outbox_intent
 		WHERE job_id IS NULL AND state = 'pending' AND effect = ANY($2::text[])
 		ORDER BY id
 		LIMIT $1
@@ -42,9 +42,10 @@ func (q *Queries) renderDrain(r func(string) string) {
 
 // Undispatched is a pending intent that has no River job yet.
 type Undispatched struct {
-	ID     int64
-	Effect string
-	Args   json.RawMessage
+	ID        int64
+	Namespace string
+	Effect    string
+	Args      json.RawMessage
 }
 
 // SelectUndispatched locks up to limit pending intents of effects without a
