@@ -1,6 +1,8 @@
 // Package workers holds outbox's River workers: IntentWorker, the intent
-// state machine that executes each intent's effect once, and PruneWorker,
-// which deletes terminal intents past their retention.
+// state machine that executes each intent's effect once (Decide is the whole
+// machine, as one pure function); ReconcileWorker, which gives every intent
+// whose River job is finished or gone a fresh job; and PruneWorker, which
+// deletes terminal intents past their retention (never unknown ones).
 //
 // # Ordering, and why it is cheap
 //
@@ -25,7 +27,13 @@
 // the worker returns. If the process dies between the finish and River's
 // completion, the job is rescued and runs again, finds a terminal intent and
 // does nothing: the intent row, not the job, is the record of truth. No
-// transaction of the worker's own completes the job.
+// transaction of the worker's own completes the job. Because River's
+// completion is not fenced by attempt, a worker returns nil only once it saw
+// its intent terminal: a stale attempt whose write was rejected returns
+// StaleAttemptError, so that it never completes the job another attempt
+// still needs. Whatever else strands an intent (an operator's cancel or
+// delete in River UI, a job discarded after its attempts) is repaired by
+// ReconcileWorker.
 //
 // Claims, reads and finishes of concurrent workers are grouped by a batcher
 // into one statement each (group commit), so on a loaded process the

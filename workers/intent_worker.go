@@ -201,12 +201,10 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 		cancel()
 		sit.Step, sit.Found, sit.LookupFailed = StepLookedUp, found, err != nil
 		if d = Decide(sit); d.Action == ActionFinish {
-			var retryErr error
 			if err != nil {
 				// Nothing was sent by this attempt: the lease is released so
 				// the retry looks up again at once.
-				retryErr = fmt.Errorf("error looking up intent %d at provider: %w", c.ID, err)
-				return w.finish(ctx, c, d, err.Error(), nil, retryErr)
+				return w.finish(ctx, c, d, err.Error(), nil, fmt.Errorf("error looking up intent %d at provider: %w", c.ID, err))
 			}
 			return w.finish(ctx, c, d, "", result, nil)
 		}
