@@ -36,7 +36,10 @@ func TestReplicasWithRandomKills(t *testing.T) {
 			params := make([]*outbox.EnqueueParams, 50)
 			for i := range params {
 				key := fmt.Sprintf("k%05d", batch*50+i)
-				params[i] = &outbox.EnqueueParams{Key: key, Effect: "noop_reconcilable", Args: map[string]any{"key": key}}
+				// Each attempt lasts 300 ms after the effect is recorded,
+				// so that kills land mid-attempt: claimed, effect made,
+				// outcome not yet recorded.
+				params[i] = &outbox.EnqueueParams{Key: key, Effect: "noop_reconcilable", Args: map[string]any{"key": key, "_noop": map[string]any{"sleep": "300ms"}}}
 			}
 			if _, err := e.client.EnqueueManyTx(ctx, e.pool, params); err != nil {
 				t.Errorf("enqueue: %v", err)
@@ -68,12 +71,19 @@ func TestReplicasWithRandomKills(t *testing.T) {
 	}
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT $1::int - count(*) FILTER (WHERE state = 'succeeded') FROM `+e.table("outbox_intent"), total).Scan(&lost))
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT provider_key) FROM `+e.table("outbox_noop_effect")).Scan(&effects, &duplicated))
+	// What the kills interrupted: intents claimed more than once (an
+	// attempt that died with its lease, then looked up), and River jobs run
+	// more than once (rescued).
+	var interrupted, rescued int
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.table("outbox_intent")+` WHERE attempt > 1 OR maybe_sent`).Scan(&interrupted))
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.table("river_job")+` WHERE kind = 'outbox_intent' AND attempt > 1`).Scan(&rescued))
 	repairs := 0
 	for _, p := range started {
 		repairs += strings.Count(p.output(), "given a fresh job")
 	}
-	t.Logf("replicas 3, kills %d, intents %d, succeeded %d, lost %d, effects %d, duplicated %d, reconciler repairs %d",
-		kills, total, succeeded, lost, effects, duplicated, repairs)
+	t.Logf("replicas 3, kills %d, intents %d, succeeded %d, lost %d, effects %d, duplicated %d, interrupted intents %d, rescued jobs %d, reconciler repairs %d",
+		kills, total, succeeded, lost, effects, duplicated, interrupted, rescued, repairs)
+	require.Positive(t, interrupted, "no kill landed mid-attempt: the run proves nothing")
 	require.Zero(t, lost)
 	require.Zero(t, duplicated)
 	require.Equal(t, total, effects)
