@@ -114,10 +114,16 @@ func TestPostgresFaults(t *testing.T) {
 		require.Equal(t, outbox.StateSucceeded, intent.State, "intent %s", intent.Key)
 	}
 
-	var intents, effects, duplicated int
+	var intents, effects, duplicated, interrupted, retriedJobs int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox.outbox_intent`).Scan(&intents))
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT provider_key) FROM outbox.outbox_noop_effect`).Scan(&effects, &duplicated))
-	t.Logf("intents %d, effects %d, duplicated %d, enqueue retries %d", intents, effects, duplicated, retries.Load())
+	// What the faults interrupted: intents claimed more than once, and
+	// River jobs run more than once.
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox.outbox_intent WHERE attempt > 1 OR maybe_sent`).Scan(&interrupted))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox.river_job WHERE kind = 'outbox_intent' AND attempt > 1`).Scan(&retriedJobs))
+	t.Logf("intents %d, effects %d, duplicated %d, enqueue retries %d, interrupted intents %d, retried jobs %d",
+		intents, effects, duplicated, retries.Load(), interrupted, retriedJobs)
+	require.Positive(t, interrupted+retriedJobs, "the faults interrupted no attempt: the run proves nothing")
 	require.Equal(t, total, intents, "nothing lost, nothing enqueued twice")
 	require.Equal(t, total, effects, "one effect per intent")
 	require.Zero(t, duplicated)
@@ -132,7 +138,12 @@ func TestPostgresFaults(t *testing.T) {
 
 func enqueueOnce(ctx context.Context, pool *pgxpool.Pool, client *outbox.Client, key string) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: map[string]any{"key": key}})
+		// A reconcilable noop records a row for every call it gets (it
+		// does not dedupe), so a second send shows; each attempt lasts
+		// 200 ms after the effect, so the restart and the terminations
+		// land mid-attempt.
+		_, err := client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: key, Effect: "noop_reconcilable",
+			Args: map[string]any{"key": key, "_noop": map[string]any{"sleep": "200ms"}}})
 		return err
 	})
 }
