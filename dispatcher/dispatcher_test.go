@@ -221,10 +221,12 @@ func TestDispatcher(t *testing.T) {
 		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
 
 		// Enqueued one per transaction while the dispatcher runs, so the
-		// drain is woken by notifications, not by its start-up pass.
+		// drain is woken by notifications, not by its start-up pass. The
+		// at-most-once noop records every call it gets, so a second send
+		// would be counted (the deduplicating noop would hide it).
 		const n = 300
 		for i := range n {
-			_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: map[string]any{"i": i}})
+			_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop_at_most_once", Args: map[string]any{"i": i}})
 			require.NoError(t, err)
 		}
 		for i := range n {

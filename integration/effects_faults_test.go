@@ -35,6 +35,17 @@ func runFaultCases(t *testing.T, p *providerEnv, cases []faultCase) {
 		keys[i] = tc.effect + "-" + tc.name
 		p.enqueueWithFaults(t, keys[i], tc.effect, effectArgs[tc.effect], tc.fault)
 	}
+	// Every effect each stand-in performed, whatever its key: a resend
+	// under another key would show here, not in a count per key.
+	t.Cleanup(func() {
+		want := map[string]int{}
+		for _, tc := range cases {
+			want[tc.effect] += tc.effects
+		}
+		for effect, n := range want {
+			require.Equal(t, n, p.standIn(effect).Effects(), "%s: effects performed, all keys", effect)
+		}
+	})
 	for i, tc := range cases {
 		t.Run(tc.effect+"/"+tc.name, func(t *testing.T) {
 			intent := p.waitIntent(t, keys[i], 60*time.Second)

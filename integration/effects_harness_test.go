@@ -55,6 +55,7 @@ func newProviderEnv(t *testing.T, dedupeWebhook bool, extra ...string) *provider
 
 // standIn is what a test needs of a sandbox provider.
 type standIn interface {
+	Effects() int
 	EffectsFor(key string) int
 	MisbehaveFor(key string, faults ...sandbox.Fault)
 	RequestsFor(key string) int

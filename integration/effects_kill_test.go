@@ -55,7 +55,24 @@ func TestEffectsKillServe(t *testing.T) {
 	}
 	first.kill9()
 
+	// The kill must have interrupted every attempt: none recorded its
+	// outcome (a kill after the outcome would pass the same way).
+	for i := range cases {
+		current, err := p.client.Get(ctx, "", keys[i])
+		require.NoError(t, err)
+		require.False(t, current.State.Terminal(), "%s was %s before the kill took effect", keys[i], current.State)
+	}
+
 	p.serve()
+	t.Cleanup(func() {
+		want := map[string]int{}
+		for _, tc := range cases {
+			want[tc.effect] += tc.effects
+		}
+		for effect, n := range want {
+			require.Equal(t, n, p.standIn(effect).Effects(), "%s: effects performed, all keys", effect)
+		}
+	})
 	for i, tc := range cases {
 		t.Run(keys[i], func(t *testing.T) {
 			// River's rescuer takes the dead process's jobs up once they are

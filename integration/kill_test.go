@@ -44,15 +44,25 @@ func TestKillServe(t *testing.T) {
 			require.NoError(t, err)
 			first.waitFor("noop effect hanging", 30*time.Second)
 			first.kill9()
+			killedAt := time.Now()
+			// The kill interrupted the attempt: its outcome is not recorded.
+			killed, err := e.client.Get(context.Background(), "", "k")
+			require.NoError(t, err)
+			require.False(t, killed.State.Terminal(), "the attempt ended before the kill: %+v", killed)
 
 			e.serve()
 			// River's rescuer takes the dead process's job up once it is
 			// older than three effect timeouts and the new process leads.
 			intent := e.wait("k", 90*time.Second)
+			// docs/design.md ("Crash recovery timing") quotes this figure.
+			t.Logf("%s/%s: taken up again and %s %s after the kill", tc.effect, tc.point, intent.State, time.Since(killedAt).Round(100*time.Millisecond))
 			require.Equal(t, tc.state, intent.State, "intent: %+v", intent)
 			count, err := noop.Count(context.Background(), e.pool, e.schema, res.Intent.ProviderKey)
 			require.NoError(t, err)
 			require.Equal(t, tc.effects, count, "effects performed at the provider")
+			all, err := noop.Count(context.Background(), e.pool, e.schema, "")
+			require.NoError(t, err)
+			require.Equal(t, tc.effects, all, "effects performed at the provider, all keys")
 			if tc.state == outbox.StateUnknown {
 				require.Equal(t, "outcome_lost", intent.Error.Code)
 			}
