@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -161,4 +162,67 @@ func TestJobsSayWhatTheyDid(t *testing.T) {
 	require.Equal(t, workers.AttemptOutput{Attempt: 1, IntentID: intent.ID, State: "succeeded", ProviderObjectID: meta.Output.ProviderObjectID}, meta.Output)
 	require.NotContains(t, string(job.Metadata), "secret-key-7")
 	require.NotContains(t, string(job.Metadata), "ann@example.com")
+}
+
+// A cancel that waits on the intent's row lock while a drain dispatches the
+// intent must be refused once the drain commits: it checked no job, and the
+// new job's attempt may start at once (a deduplicated one is not claimed, so
+// it could call the provider while the cancel commits).
+func TestCancelWhileTheDrainHoldsTheIntent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "raced", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	d := b.dispatcher(t, nil)
+
+	cancelErr := make(chan error, 1)
+	d.drainer.beforeCommitFunc = func(ctx context.Context, tx pgx.Tx) error {
+		go func() {
+			_, err := b.client.Cancel(context.Background(), "", "raced")
+			cancelErr <- err
+		}()
+		// Commit only once the cancel waits for the row the drain holds.
+		require.Eventually(t, func() bool {
+			return b.scalar(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%cancelled%'`) > 0
+		}, 10*time.Second, 5*time.Millisecond)
+		return nil
+	}
+	n, err := d.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.ErrorIs(t, <-cancelErr, outbox.ErrNotCancellable)
+	intent, err := b.client.Get(ctx, "", "raced")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatePending, intent.State)
+	require.NotNil(t, intent.JobID)
+}
+
+// The drain is woken by the enqueues' notifications, not by its safety poll
+// (an hour here): intents enqueued while the dispatcher runs are executed
+// within seconds.
+func TestDrainWokenByNotifications(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := b.dispatcher(t, &Config{DrainPollInterval: time.Hour})
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+	// Past the start-up drain and its busy tail, so only a notification
+	// can wake the drain.
+	time.Sleep(busyTail + 500*time.Millisecond)
+
+	for i := range 2 {
+		key := fmt.Sprintf("woken-%d", i)
+		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		intent, err := b.client.Wait(waitCtx, "", key)
+		cancel()
+		require.NoError(t, err, "not woken within 5 s")
+		require.Equal(t, outbox.StateSucceeded, intent.State)
+		// Past the busy tail again, and past the notify window, so that
+		// the next enqueue notifies.
+		time.Sleep(busyTail + 500*time.Millisecond)
+	}
 }
