@@ -636,10 +636,10 @@ func TestWait(t *testing.T) {
 			i, err := b.client.Wait(waitCtx, "", "k")
 			done <- result{i, err}
 		}()
-		// Cancel fires the state-change notification the waiter listens for.
-		// Retry until the waiter is surely listening is not needed: Wait
-		// reads again after LISTEN.
-		time.Sleep(50 * time.Millisecond)
+		// Cancel fires the state-change notification the waiter listens
+		// for. It comes once the waiter surely listens, so that it is the
+		// notification, not the read that follows LISTEN, that wakes it.
+		require.Eventually(t, func() bool { return b.listeners(t) == 1 }, 10*time.Second, 10*time.Millisecond)
 		_, err := b.client.Cancel(ctx, "", "k")
 		require.NoError(t, err)
 		select {
@@ -754,9 +754,7 @@ func TestWaitSharesOneListener(t *testing.T) {
 			results <- got
 		}()
 	}
-	listeners := func() int {
-		return b.scalarQuery(t, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, "LISTEN "+pgx.Identifier{b.schema + ".intent_changed"}.Sanitize())
-	}
+	listeners := func() int { return b.listeners(t) }
 	require.Eventually(t, func() bool { return listeners() == 1 }, 10*time.Second, 10*time.Millisecond)
 
 	for i := range n {
@@ -769,6 +767,48 @@ func TestWaitSharesOneListener(t *testing.T) {
 	}
 	// The last waiter to leave closes the listener.
 	require.Eventually(t, func() bool { return listeners() == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// listeners counts the backends listening to the schema's state changes.
+func (b *testBundle) listeners(t *testing.T) int {
+	t.Helper()
+	return b.scalarQuery(t, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, "LISTEN "+pgx.Identifier{b.schema + ".intent_changed"}.Sanitize())
+}
+
+// Wait survives its LISTEN connection being terminated (a failover, an
+// operator's pg_terminate_backend): it reconnects, and a change committed
+// afterwards still wakes it.
+func TestWaitAfterItsListenerIsTerminated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	done := make(chan *outbox.Intent, 1)
+	go func() {
+		got, _ := b.client.Wait(waitCtx, "", "k")
+		done <- got
+	}()
+	listen := "LISTEN " + pgx.Identifier{b.schema + ".intent_changed"}.Sanitize()
+	require.Eventually(t, func() bool { return b.listeners(t) == 1 }, 10*time.Second, 10*time.Millisecond)
+	pid := b.scalarQuery(t, `SELECT pid FROM pg_stat_activity WHERE query = $1`, listen)
+	require.Equal(t, 1, b.scalarQuery(t, `SELECT count(*) FROM pg_stat_activity, pg_terminate_backend($1) t WHERE pid = $1`, pid))
+	// A new LISTEN connection, on another backend.
+	require.Eventually(t, func() bool {
+		return b.scalarQuery(t, `SELECT count(*) FROM pg_stat_activity WHERE query = $1 AND pid <> $2`, listen, pid) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+
+	_, err = b.client.Cancel(ctx, "", "k")
+	require.NoError(t, err)
+	select {
+	case got := <-done:
+		require.NotNil(t, got)
+		require.Equal(t, outbox.StateCancelled, got.State)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not wake after its listener was replaced")
+	}
 }
 
 func (b *testBundle) scalarQuery(t *testing.T, sql string, args ...any) int {
