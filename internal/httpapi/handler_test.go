@@ -345,10 +345,14 @@ func TestWait(t *testing.T) {
 		go func() {
 			done <- bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/w?wait=30s", token: tokenAlpha})
 		}()
-		// Give the wait time to listen, so that the cancel's notification
-		// is what wakes it; a cancel before that is read at once, which
-		// passes too. Either way the answer must come long before 30 s.
-		time.Sleep(200 * time.Millisecond)
+		// Cancel once the wait surely listens, so that the cancel's
+		// notification, not a first read, is what wakes it.
+		listen := "LISTEN " + pgx.Identifier{bundle.schema + ".intent_changed"}.Sanitize()
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, bundle.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n))
+			return n == 1
+		}, 10*time.Second, 10*time.Millisecond)
 		require.Equal(t, http.StatusOK, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents/w/cancel", token: tokenAlpha}).status)
 		select {
 		case resp := <-done:
