@@ -73,7 +73,13 @@ func newEnv(t *testing.T, extra ...string) *env {
 	pool, schema := testdb.MigratedSchema(t)
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
-	vars := []string{
+	return &env{t: t, client: client, pool: pool, schema: schema, vars: append(baseVars(t, schema), extra...)}
+}
+
+// baseVars are the variables of an outboxd process on the test database's
+// schema.
+func baseVars(t *testing.T, schema string) []string {
+	return []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		"DATABASE_URL=" + testdb.URL(t),
@@ -83,7 +89,6 @@ func newEnv(t *testing.T, extra ...string) *env {
 		"OUTBOX_EFFECT_TIMEOUT=1s",
 		"OUTBOX_WORKERS=10",
 	}
-	return &env{t: t, client: client, pool: pool, schema: schema, vars: append(vars, extra...)}
 }
 
 // table is the quoted name of a table in the env's schema.

@@ -817,3 +817,82 @@ func (b *testBundle) scalarQuery(t *testing.T, sql string, args ...any) int {
 	require.NoError(t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
 }
+
+// EnqueueTx takes a savepoint as it takes a transaction: rolled back with
+// the savepoint, kept with it.
+func TestEnqueueTxInASavepoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+
+	sp, err := tx.Begin(ctx)
+	require.NoError(t, err)
+	_, err = b.client.EnqueueTx(ctx, sp, &outbox.EnqueueParams{Key: "dropped", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	require.NoError(t, sp.Rollback(ctx))
+
+	sp, err = tx.Begin(ctx)
+	require.NoError(t, err)
+	_, err = b.client.EnqueueTx(ctx, sp, &outbox.EnqueueParams{Key: "kept", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	require.NoError(t, sp.Commit(ctx))
+	require.NoError(t, tx.Commit(ctx))
+
+	_, err = b.client.Get(ctx, "", "dropped")
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+	_, err = b.client.Get(ctx, "", "kept")
+	require.NoError(t, err)
+}
+
+// Under REPEATABLE READ and SERIALIZABLE, an enqueue of a key that another
+// transaction recorded after this one's snapshot is a serialization failure
+// (SQLSTATE 40001), as docs/design.md says, to be retried like any other;
+// the retry is a duplicate. Without the race, both work as usual.
+func TestEnqueueTxUnderStricterIsolation(t *testing.T) {
+	t.Parallel()
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(level), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			params := &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{"a": 1}}
+
+			// Without a race: a new intent, then a duplicate.
+			for _, wantDuplicate := range []bool{false, true} {
+				tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+				require.NoError(t, err)
+				res, err := b.client.EnqueueTx(ctx, tx, params)
+				require.NoError(t, err)
+				require.Equal(t, wantDuplicate, res.Duplicate)
+				require.NoError(t, tx.Commit(ctx))
+			}
+
+			// The race: this transaction's snapshot predates another's
+			// commit of the same key.
+			race := &outbox.EnqueueParams{Key: "raced", Effect: "noop", Args: map[string]any{"a": 1}}
+			tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			require.NoError(t, err)
+			defer tx.Rollback(ctx) //nolint:errcheck // rolled back on failure
+			_, err = tx.Exec(ctx, "SELECT 1") // takes the snapshot
+			require.NoError(t, err)
+			_, err = b.client.EnqueueTx(ctx, b.pool, race)
+			require.NoError(t, err)
+			_, err = b.client.EnqueueTx(ctx, tx, race)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "40001", pgErr.Code)
+			require.NoError(t, tx.Rollback(ctx))
+
+			// Retried, it is a duplicate.
+			tx, err = b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			require.NoError(t, err)
+			res, err := b.client.EnqueueTx(ctx, tx, race)
+			require.NoError(t, err)
+			require.True(t, res.Duplicate)
+			require.NoError(t, tx.Commit(ctx))
+		})
+	}
+}
