@@ -876,7 +876,8 @@ func TestEnqueueTxUnderStricterIsolation(t *testing.T) {
 			tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
 			require.NoError(t, err)
 			defer tx.Rollback(ctx) //nolint:errcheck // rolled back on failure
-			_, err = tx.Exec(ctx, "SELECT 1") // takes the snapshot
+			// The first statement takes the snapshot.
+			_, err = tx.Exec(ctx, "SELECT 1")
 			require.NoError(t, err)
 			_, err = b.client.EnqueueTx(ctx, b.pool, race)
 			require.NoError(t, err)
