@@ -159,9 +159,9 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 	switch p.KeySource {
 	case "":
 		out.KeySource = string(KeySourceExplicit)
-	case KeySourceExplicit, KeySourceAuto:
+	case KeySourceExplicit, KeySourceAuto, KeySourceModelConfirmed:
 	default:
-		return nil, &Error{Code: CodeInvalidArgs, Field: "key_source", Message: "must be explicit or auto"}
+		return nil, &Error{Code: CodeInvalidArgs, Field: "key_source", Message: "must be explicit, auto or model_confirmed"}
 	}
 	// Checked here, as args are: the database would refuse a NUL byte or
 	// invalid UTF-8 in text, and its refusal would abort the caller's

@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error codes, as the HTTP API, MCP and the command line report them.
@@ -16,6 +17,7 @@ const (
 	CodeNotCancellable        = "not_cancellable"
 	CodeNotFound              = "not_found"
 	CodeNotUnknown            = "not_unknown"
+	CodePossibleDuplicate     = "possible_duplicate"
 	CodeUnknownEffect         = "unknown_effect"
 )
 
@@ -70,6 +72,10 @@ var (
 	ErrNotFound = &Error{Code: CodeNotFound}
 	// ErrNotUnknown is a resolve of an intent that is not unknown.
 	ErrNotUnknown = &Error{Code: CodeNotUnknown}
+	// ErrPossibleDuplicate is a model's fresh key for an action recorded
+	// moments before under another key. Errors carrying it are
+	// *PossibleDuplicateError.
+	ErrPossibleDuplicate = &Error{Code: CodePossibleDuplicate}
 	// ErrUnknownEffect is an effect that is not enabled.
 	ErrUnknownEffect = &Error{Code: CodeUnknownEffect}
 )
@@ -89,11 +95,34 @@ func (e *KeyReusedError) Error() string {
 // Is matches ErrKeyReused.
 func (e *KeyReusedError) Is(target error) bool { return target == ErrKeyReused }
 
+// PossibleDuplicateError is returned when a key supplied by a model is new,
+// but the same action (effect and arguments equal as canonical JSON) was
+// recorded moments before under another key: the model most likely
+// re-emitted its call with a fresh key (docs/agents.md, "Keys").
+type PossibleDuplicateError struct {
+	// Earlier is the intent recorded under the earlier key.
+	Earlier *Intent
+	// Age is how long ago the earlier intent was recorded.
+	Age time.Duration
+}
+
+func (e *PossibleDuplicateError) Error() string {
+	return fmt.Sprintf("%s: the same action was recorded %s ago under key %q (state %s)",
+		CodePossibleDuplicate, e.Age.Round(time.Second), e.Earlier.Key, e.Earlier.State)
+}
+
+// Is matches ErrPossibleDuplicate.
+func (e *PossibleDuplicateError) Is(target error) bool { return target == ErrPossibleDuplicate }
+
 // ErrorCode returns the outbox code of err ("" when err carries none).
 func ErrorCode(err error) string {
 	var ke *KeyReusedError
 	if errors.As(err, &ke) {
 		return CodeIdempotencyKeyReused
+	}
+	var pd *PossibleDuplicateError
+	if errors.As(err, &pd) {
+		return CodePossibleDuplicate
 	}
 	var oe *Error
 	if errors.As(err, &oe) {

@@ -52,6 +52,10 @@ const (
 	KeySourceExplicit KeySource = "explicit"
 	// KeySourceAuto is a key derived from the call itself (MCP's fallback).
 	KeySourceAuto KeySource = "auto"
+	// KeySourceModelConfirmed is a model's key for an action identical to
+	// one recorded moments before under another key, which the model
+	// confirmed is a new action (new_action: true).
+	KeySourceModelConfirmed KeySource = "model_confirmed"
 )
 
 // IntentError is the error recorded on a failed (or unknown) intent.

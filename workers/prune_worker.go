@@ -99,6 +99,11 @@ func (w *PruneWorker) Prune(ctx context.Context) (int64, error) {
 		}
 		total += n
 		if n < int64(w.batchSize) {
+			// The model-key guard's records of agents' recent actions
+			// are only ever looked at within a window of minutes.
+			if _, err := w.queries.PruneRecentActions(ctx, w.pool, w.retention); err != nil {
+				return total, fmt.Errorf("error pruning recent actions: %w", err)
+			}
 			return total, nil
 		}
 	}

@@ -62,6 +62,12 @@ type Config struct {
 	// MaxAttempts is the number of attempts per intent. Defaults to 25.
 	MaxAttempts int `env:"OUTBOX_MAX_ATTEMPTS, default=25" expect:"a whole number of 1 or more" help:"attempts per intent"`
 
+	// ModelKeyGuard is what MCP's tools (and enqueues sent with
+	// Idempotency-Key-Source: model) do with a model's fresh key for an
+	// action recorded within AutoKeyWindow under another key. Defaults to
+	// refuse.
+	ModelKeyGuard string `env:"OUTBOX_MODEL_KEY_GUARD, default=refuse" expect:"refuse, replay or off" help:"a model's fresh key for an action just recorded under another key: refuse (possible_duplicate), replay (answer with the earlier intent) or off"`
+
 	// Namespace is the namespace the command line acts for. Defaults to
 	// default.
 	Namespace string `env:"OUTBOX_NAMESPACE, default=default" expect:"a namespace of 1 to 64 printable ASCII characters without spaces" help:"namespace the command line acts for"`
@@ -230,6 +236,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"EffectTimeout", c.EffectTimeout > 0},
 		{"HTTPAddr", validAddr(c.HTTPAddr)},
 		{"LogFormat", c.LogFormat == "text" || c.LogFormat == "json"},
+		{"ModelKeyGuard", c.ModelKeyGuard == "refuse" || c.ModelKeyGuard == "replay" || c.ModelKeyGuard == "off"},
 		{"LogLevel", validLevel(c.LogLevel)},
 		{"MaxAttempts", c.MaxAttempts >= 1},
 		{"Namespace", outbox.ValidateNamespace(c.Namespace) == nil},

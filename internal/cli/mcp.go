@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -70,6 +71,7 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 	server, err := mcpserver.New(pool, client, &mcpserver.Config{
 		AutoKeyWindow: cfg.AutoKeyWindow,
 		Logger:        logger,
+		ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
 		Namespace:     cfg.Namespace,
 		Version:       version(),
 	})

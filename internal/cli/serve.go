@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/daemon"
+	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/migrations"
 )
 
@@ -132,6 +133,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		HTTPAddr:             cfg.HTTPAddr,
 		Logger:               logger,
 		MaxAttempts:          cfg.MaxAttempts,
+		ModelKeyGuard:        keyguard.Mode(cfg.ModelKeyGuard),
 		ReconcileInterval:    cfg.ReconcileInterval,
 		Retention:            cfg.Retention,
 		Schema:               cfg.Schema,

@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -74,6 +75,11 @@ type Config struct {
 	// MaxAttempts is the number of attempts per intent. Defaults to the
 	// dispatcher's default.
 	MaxAttempts int
+
+	// ModelKeyGuard is what /mcp's tools and model-keyed enqueues do with a
+	// model's fresh key for an action just recorded under another key.
+	// Defaults to keyguard.ModeRefuse.
+	ModelKeyGuard keyguard.Mode
 
 	// ReconcileInterval is how often the leader repairs intents whose River
 	// job is finished or gone. Defaults to the dispatcher's default.
@@ -170,10 +176,12 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		return nil, err
 	}
 	api, err := httpapi.New(pool, d.Client, &httpapi.Config{
-		AutoKeyWindow: c.AutoKeyWindow,
-		Logger:        c.Logger,
-		Tokens:        c.APITokens,
-		Version:       c.Version,
+		AutoKeyWindow:         c.AutoKeyWindow,
+		Logger:                c.Logger,
+		ModelKeyGuard:         c.ModelKeyGuard,
+		PossibleDuplicateFunc: d.metrics.enqueues.ObservePossibleDuplicate,
+		Tokens:                c.APITokens,
+		Version:               c.Version,
 	})
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -45,6 +46,7 @@ var statusOf = map[string]int{
 	outbox.CodeNotCancellable:        http.StatusConflict,
 	outbox.CodeNotFound:              http.StatusNotFound,
 	outbox.CodeNotUnknown:            http.StatusConflict,
+	outbox.CodePossibleDuplicate:     http.StatusConflict,
 	outbox.CodeUnknownEffect:         http.StatusBadRequest,
 }
 
@@ -53,13 +55,23 @@ var statusOf = map[string]int{
 // without details.
 func toAPIError(err error) (*apiError, bool) {
 	var (
-		ae        *apiError
-		keyReused *outbox.KeyReusedError
-		outboxErr *outbox.Error
+		ae          *apiError
+		keyReused   *outbox.KeyReusedError
+		possibleDup *outbox.PossibleDuplicateError
+		outboxErr   *outbox.Error
 	)
 	switch {
 	case errors.As(err, &ae):
 		return ae, true
+	case errors.As(err, &possibleDup):
+		return &apiError{
+			status: http.StatusConflict,
+			code:   outbox.CodePossibleDuplicate,
+			field:  "Idempotency-Key",
+			message: fmt.Sprintf("the same action (effect %s, these args) was recorded %s ago under Idempotency-Key %q, and is %s: "+
+				"to retry it, send that key; to record a second, identical action, send \"new_action\": true",
+				possibleDup.Earlier.Effect, possibleDup.Age.Round(time.Second), possibleDup.Earlier.Key, possibleDup.Earlier.State),
+		}, true
 	case errors.As(err, &keyReused):
 		return &apiError{
 			status: http.StatusUnprocessableEntity,

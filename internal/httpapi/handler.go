@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
@@ -48,6 +49,17 @@ type Config struct {
 	// mcpserver.EffectTools().
 	MCPTools []*mcpserver.EffectTool
 
+	// ModelKeyGuard is what /mcp's tools, and enqueues sent with
+	// Idempotency-Key-Source: model, do with a model's fresh key for an
+	// action recorded within AutoKeyWindow under another key (package
+	// keyguard). Defaults to keyguard.ModeRefuse.
+	ModelKeyGuard keyguard.Mode
+
+	// PossibleDuplicateFunc, when set, is called with the tool (the effect
+	// over HTTP) and the outcome of each possible duplicate the guard met.
+	// Defaults to nil.
+	PossibleDuplicateFunc func(tool, outcome string)
+
 	// Tokens maps each bearer token to the namespace it acts for. When
 	// empty, requests need no token and act for outbox.NamespaceDefault,
 	// and the handler answers only requests that came through a loopback
@@ -78,6 +90,7 @@ type Handler struct {
 	pool             *pgxpool.Pool
 	tokens           []tokenEntry
 	waits            chan struct{}
+	guard            *keyguard.Guard
 }
 
 // New returns the API handler. client carries out the operations; pool runs
@@ -128,17 +141,28 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	if h.migrator, err = migrations.New(pool, client.Schema()); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
+	window := config.AutoKeyWindow
+	if window == 0 {
+		window = mcpserver.AutoKeyWindowDefault
+	}
+	if h.guard, err = keyguard.New(pool, client, &keyguard.Config{
+		Mode: config.ModelKeyGuard, ObserverFunc: config.PossibleDuplicateFunc, Window: window,
+	}); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
+	}
 
 	// One MCP server per namespace, each acting only in its own: the
 	// request's token picks it.
 	for _, namespace := range namespaces {
 		srv, err := mcpserver.New(pool, client, &mcpserver.Config{
-			AutoKeyWindow: config.AutoKeyWindow,
-			Logger:        h.logger,
-			Namespace:     namespace,
-			Tools:         config.MCPTools,
-			Version:       config.Version,
-			WaitFunc:      h.wait,
+			AutoKeyWindow:         config.AutoKeyWindow,
+			Logger:                h.logger,
+			ModelKeyGuard:         config.ModelKeyGuard,
+			Namespace:             namespace,
+			PossibleDuplicateFunc: config.PossibleDuplicateFunc,
+			Tools:                 config.MCPTools,
+			Version:               config.Version,
+			WaitFunc:              h.wait,
 		})
 		if err != nil {
 			return nil, err

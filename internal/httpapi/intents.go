@@ -11,21 +11,34 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
 // enqueueRequest is POST /v1/intents' body.
 type enqueueRequest struct {
-	Args        json.RawMessage `json:"args"`
-	Effect      *string         `json:"effect"`
-	RequestedBy *string         `json:"requested_by"`
+	Args   json.RawMessage `json:"args"`
+	Effect *string         `json:"effect"`
+	// NewAction confirms, for a model's key, that an identical action
+	// recorded moments before under another key is another action.
+	NewAction   bool    `json:"new_action"`
+	RequestedBy *string `json:"requested_by"`
 }
 
 // enqueueAnswer is POST /v1/intents' answer: the intent and "duplicate".
 type enqueueAnswer struct {
 	*outbox.Intent
 	Duplicate bool `json:"duplicate"`
+	// PossibleDuplicateOf is the earlier key the model-key guard (mode
+	// replay) answered with.
+	PossibleDuplicateOf string `json:"possible_duplicate_of,omitempty"`
 }
+
+// keySourceHeader says where a request's Idempotency-Key comes from. A
+// caller that forwards a model's key says "model", and the key is then
+// guarded as MCP's are (package keyguard); the orchestrator's own keys are
+// taken as given.
+const keySourceHeader = "Idempotency-Key-Source"
 
 // resolveRequest is POST /v1/intents/{key}/resolve's body.
 type resolveRequest struct {
@@ -71,20 +84,38 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 	if err != nil {
 		return err
 	}
-	params := &outbox.EnqueueParams{
-		Args:      req.Args,
-		Effect:    *req.Effect,
-		Key:       key,
-		KeySource: outbox.KeySourceExplicit,
-		Namespace: namespace,
-	}
-	if req.RequestedBy != nil {
-		params.RequestedBy = *req.RequestedBy
-	}
-	// One statement, committed at once on the pool's connection.
-	res, err := h.client.EnqueueTx(r.Context(), h.pool, params)
+	modelKey, err := modelKeySource(r)
 	if err != nil {
 		return err
+	}
+	var res *outbox.EnqueueResult
+	var possibleDuplicateOf string
+	if modelKey {
+		p := &keyguard.Params{Args: req.Args, Effect: *req.Effect, Key: key, ModelKey: true,
+			Namespace: namespace, NewAction: req.NewAction, Tool: *req.Effect}
+		if req.RequestedBy != nil {
+			p.RequestedBy = *req.RequestedBy
+		}
+		guarded, err := h.guard.Enqueue(r.Context(), p)
+		if err != nil {
+			return err
+		}
+		res, possibleDuplicateOf = guarded.EnqueueResult, guarded.PossibleDuplicateOf
+	} else {
+		params := &outbox.EnqueueParams{
+			Args:      req.Args,
+			Effect:    *req.Effect,
+			Key:       key,
+			KeySource: outbox.KeySourceExplicit,
+			Namespace: namespace,
+		}
+		if req.RequestedBy != nil {
+			params.RequestedBy = *req.RequestedBy
+		}
+		// One statement, committed at once on the pool's connection.
+		if res, err = h.client.EnqueueTx(r.Context(), h.pool, params); err != nil {
+			return err
+		}
 	}
 	status := http.StatusCreated
 	if res.Duplicate {
@@ -92,8 +123,20 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 		status = http.StatusOK
 	}
 	w.Header().Set("Location", "/v1/intents/"+keyPath(key))
-	writeJSON(w, status, enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate})
+	writeJSON(w, status, enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: possibleDuplicateOf})
 	return nil
+}
+
+// modelKeySource reports whether the request says its key is a model's.
+func modelKeySource(r *http.Request) (bool, error) {
+	switch v := r.Header.Get(keySourceHeader); v {
+	case "":
+		return false, nil
+	case "model":
+		return true, nil
+	default:
+		return false, &outbox.Error{Code: outbox.CodeInvalidKey, Field: keySourceHeader, Message: fmt.Sprintf("must be model, not %q", v)}
+	}
 }
 
 // idempotencyKey returns the request's Idempotency-Key, checked.

@@ -20,6 +20,7 @@ type Queries struct {
 	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                               string
 	sqlCountByState, sqlCreatedAt, sqlPrune                                             string
 	sqlRedispatch, sqlStranded, sqlUnserved                                             string
+	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                             string
 }
 
 // New returns the statements of schema, rendered once.
@@ -33,6 +34,7 @@ func New(schema string) *Queries {
 	q.renderAttempt(r)
 	q.renderMaintenance(r)
 	q.renderReconcile(r)
+	q.renderRecentAction(r)
 	return q
 }
 

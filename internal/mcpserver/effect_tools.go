@@ -110,7 +110,7 @@ The call is recorded as an intent and made by a worker: the answer comes at once
 // keyAdvice ends every mutating tool's description: models read it.
 const keyAdvice = `
 
-Pass idempotency_key: one key per logical action, the same key on every retry of that action (a timeout, an error, a repeated request), and a new key for a new action. Without a key, identical calls within the server's automatic key window count as one action (the answer then says key_source "auto"), and two genuinely distinct identical actions inside that window collapse into one. An answer with duplicate true means the action was already recorded: it was not performed again, and the answer is its current state.`
+Pass idempotency_key: one key per logical action, the same key on every retry of that action (a timeout, an error, a repeated request), and a new key for a new action. Without a key, identical calls within the server's automatic key window count as one action (the answer then says key_source "auto"), and two genuinely distinct identical actions inside that window collapse into one. An answer with duplicate true means the action was already recorded: it was not performed again, and the answer is its current state. If a call with a new key is refused with possible_duplicate, the same action was recorded moments ago under another key: to retry it, call again with that earlier key (or get_intent it); only if the user really wants a second, identical action, call again with new_action true.`
 
 // idempotencyKeyProperty is the optional idempotency_key added to every
 // mutating tool's schema.
@@ -122,7 +122,15 @@ var idempotencyKeyProperty = &jsonschema.Schema{
 	Description: "The idempotency key naming this logical action: 1 to 255 printable ASCII characters without spaces. Reuse it on every retry of the action. Defaults to an automatic key derived from the tool and its arguments.",
 }
 
-// inputSchema returns the tool's schema with idempotency_key added.
+// newActionProperty is the optional new_action added to every mutating
+// tool's schema.
+var newActionProperty = &jsonschema.Schema{
+	Type:        "boolean",
+	Description: "Set to true only when the user really wants a second action identical to one recorded moments ago under another key (after a possible_duplicate answer). Defaults to false.",
+}
+
+// inputSchema returns the tool's schema with idempotency_key and new_action
+// added.
 func (t *EffectTool) inputSchema() (*jsonschema.Schema, error) {
 	if t.InputSchema == nil || t.InputSchema.Type != "object" {
 		return nil, fmt.Errorf("mcpserver: tool %q: input schema must be of type object", t.Name)
@@ -132,10 +140,13 @@ func (t *EffectTool) inputSchema() (*jsonschema.Schema, error) {
 	for name, p := range s.Properties {
 		props[name] = p
 	}
-	if _, ok := props[keyArgument]; ok {
-		return nil, fmt.Errorf("mcpserver: tool %q: the effect's arguments must not include %s", t.Name, keyArgument)
+	for _, name := range []string{keyArgument, newActionArgument} {
+		if _, ok := props[name]; ok {
+			return nil, fmt.Errorf("mcpserver: tool %q: the effect's arguments must not include %s", t.Name, name)
+		}
 	}
 	props[keyArgument] = idempotencyKeyProperty
+	props[newActionArgument] = newActionProperty
 	s.Properties = props
 	return s, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -21,6 +22,10 @@ import (
 type enqueueAnswer struct {
 	*outbox.Intent
 	Duplicate bool `json:"duplicate"`
+	// PossibleDuplicateOf is set when the model-key guard (mode replay)
+	// answered a fresh key with the intent of an identical earlier call:
+	// that call's key.
+	PossibleDuplicateOf string `json:"possible_duplicate_of,omitempty"`
 }
 
 // effectToolHandler returns the handler of a mutating tool: check the call,
@@ -40,26 +45,24 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 			return s.errorResult(ctx, tool.Name, err), nil
 		}
 
-		var res *outbox.EnqueueResult
-		if call.keyGiven {
-			// One statement: the pool's connection commits it at once.
-			res, err = s.client.EnqueueTx(ctx, s.pool, &outbox.EnqueueParams{
-				Args:      json.RawMessage(call.args),
-				Effect:    tool.Effect,
-				Key:       call.key,
-				KeySource: outbox.KeySourceExplicit,
-				Namespace: s.namespace,
-			})
-		} else {
-			res, err = s.enqueueAuto(ctx, tool, call.args)
-		}
+		// A key in a tool call comes from the model: it is guarded.
+		// Without one, the call gets its automatic key.
+		res, err := s.guard.Enqueue(ctx, &keyguard.Params{
+			Args:      json.RawMessage(call.args),
+			Effect:    tool.Effect,
+			Key:       call.key,
+			ModelKey:  call.keyGiven,
+			Namespace: s.namespace,
+			NewAction: call.newAction,
+			Tool:      tool.Name,
+		})
 		if err != nil {
 			return s.errorResult(ctx, tool.Name, err), nil
 		}
 		s.logger.DebugContext(ctx, "mcp tool call recorded",
 			"tool", tool.Name, "intent_id", res.Intent.ID, "duplicate", res.Duplicate,
 			"key_source", string(res.Intent.KeySource), "state", string(res.Intent.State))
-		return jsonResult(enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate})
+		return jsonResult(enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf})
 	}
 }
 
@@ -73,6 +76,9 @@ type toolCall struct {
 	// key is the idempotency key, when keyGiven.
 	key      string
 	keyGiven bool
+	// newAction is the model's confirmation that an identical call made
+	// moments before under another key was another action.
+	newAction bool
 }
 
 // splitArguments takes idempotency_key out of a tool call's arguments,
@@ -116,6 +122,12 @@ func splitArguments(raw json.RawMessage) (*toolCall, error) {
 				return nil, &outbox.Error{Code: outbox.CodeInvalidKey, Field: keyArgument, Message: "must be a string"}
 			}
 			call.keyGiven = true
+			continue
+		}
+		if name == newActionArgument {
+			if err := json.Unmarshal(value, &call.newAction); err != nil {
+				return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: newActionArgument, Message: "must be true or false"}
+			}
 			continue
 		}
 		if args.Len() > 1 {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -37,6 +37,11 @@ const (
 // idempotency key; it is not part of the effect's arguments.
 const keyArgument = "idempotency_key"
 
+// newActionArgument is the argument of every mutating tool with which the
+// model confirms that a call identical to one it made moments before under
+// another key is a new action; not part of the effect's arguments either.
+const newActionArgument = "new_action"
+
 // Config configures an MCP server.
 type Config struct {
 	// AutoKeyWindow is the window of the automatic key: identical calls
@@ -48,9 +53,20 @@ type Config struct {
 	// logged. Defaults to a logger that discards.
 	Logger *slog.Logger
 
+	// ModelKeyGuard is what a mutating tool does with a model's fresh key
+	// for an action recorded within AutoKeyWindow under another key
+	// (OUTBOX_MODEL_KEY_GUARD; package keyguard). Defaults to
+	// keyguard.ModeRefuse.
+	ModelKeyGuard keyguard.Mode
+
 	// Namespace is the namespace every call reads and writes. Defaults to
 	// outbox.NamespaceDefault.
 	Namespace string
+
+	// PossibleDuplicateFunc, when set, is called with the tool and the
+	// outcome (refused, replayed, confirmed) of each possible duplicate the
+	// guard met, for outbox_possible_duplicates_total. Defaults to nil.
+	PossibleDuplicateFunc func(tool, outcome string)
 
 	// Tools are the mutating tools. Defaults to EffectTools().
 	Tools []*EffectTool
@@ -75,8 +91,9 @@ type server struct {
 	pool          *pgxpool.Pool
 	waitFunc      func(ctx context.Context, namespace, key string) (*outbox.Intent, error)
 
-	// queries reads the creation time of an earlier automatic key's intent.
-	queries *intentdb.Queries
+	// guard records the tools' calls: automatic keys, and the guard on
+	// the model's keys.
+	guard *keyguard.Guard
 }
 
 // New returns an MCP server whose tools act in config.Namespace: the
@@ -116,7 +133,15 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	if s.waitFunc == nil {
 		s.waitFunc = client.Wait
 	}
-	s.queries = intentdb.New(client.Schema())
+	guard, err := keyguard.New(pool, client, &keyguard.Config{
+		Mode:         config.ModelKeyGuard,
+		ObserverFunc: config.PossibleDuplicateFunc,
+		Window:       s.autoKeyWindow,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: %w", err)
+	}
+	s.guard = guard
 	tools := config.Tools
 	if tools == nil {
 		tools = EffectTools()

@@ -481,7 +481,7 @@ func TestListIntents(t *testing.T) {
 	bundle := setup(t)
 	cs := bundle.connect(t, nil)
 	for i := range 5 {
-		call[answer](t, cs, "charge_card", charge("idempotency_key", fmt.Sprintf("list-%d", i)))
+		call[answer](t, cs, "charge_card", charge("idempotency_key", fmt.Sprintf("list-%d", i), "amount", 100+i))
 	}
 	type page struct {
 		Intents    []outbox.Intent `json:"intents"`
@@ -523,7 +523,7 @@ func TestNamespaces(t *testing.T) {
 	require.Equal(t, "alpha", a.Namespace)
 	require.Equal(t, "beta", b.Namespace)
 
-	alphaOnly := call[answer](t, alpha, "charge_card", charge("idempotency_key", "alpha-only"))
+	alphaOnly := call[answer](t, alpha, "charge_card", charge("idempotency_key", "alpha-only", "amount", 2))
 	callError(t, beta, "get_intent", map[string]any{"key": alphaOnly.Key}, outbox.CodeNotFound)
 	type page struct {
 		Intents []outbox.Intent `json:"intents"`

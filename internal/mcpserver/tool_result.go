@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -28,6 +29,15 @@ type toolErrorBody struct {
 	Code    string `json:"code"`
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
+	// Earlier names the intent of a possible_duplicate.
+	Earlier *earlierIntent `json:"earlier,omitempty"`
+}
+
+// earlierIntent is the intent a possible_duplicate was recorded as.
+type earlierIntent struct {
+	AgeSeconds int64        `json:"age_seconds"`
+	Key        string       `json:"key"`
+	State      outbox.State `json:"state"`
 }
 
 // jsonResult is a successful tool result: v as structured content, and as
@@ -55,7 +65,15 @@ func (s *server) errorResult(ctx context.Context, tool string, err error) *mcp.C
 		outboxErr *outbox.Error
 		pgErr     *pgconn.PgError
 	)
+	var possibleDup *outbox.PossibleDuplicateError
 	switch {
+	case errors.As(err, &possibleDup):
+		body.Field = keyArgument
+		body.Message = fmt.Sprintf("the same action (this tool, these arguments) was recorded %s ago under another key, %q, and is %s. "+
+			"If this call is a retry of that action, call again with idempotency_key %q, or get_intent it. "+
+			"Only if the user really wants a second, identical action, call again with new_action true.",
+			possibleDup.Age.Round(time.Second), possibleDup.Earlier.Key, possibleDup.Earlier.State, possibleDup.Earlier.Key)
+		body.Earlier = &earlierIntent{AgeSeconds: int64(possibleDup.Age.Seconds()), Key: possibleDup.Earlier.Key, State: possibleDup.Earlier.State}
 	case errors.As(err, &keyReused):
 		body.Field = keyArgument
 		body.Message = fmt.Sprintf("this key was first used for another action (effect %s, other arguments): "+

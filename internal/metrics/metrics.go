@@ -150,13 +150,16 @@ func (g *Gauges) Stop() {
 }
 
 // Enqueues are outbox_intents_enqueued_total{effect},
-// outbox_intents_deduplicated_total{effect} and
-// outbox_idempotency_conflicts_total{effect}, counted by the process that
-// enqueues (serve's HTTP API and MCP server, through Observe).
+// outbox_intents_deduplicated_total{effect},
+// outbox_idempotency_conflicts_total{effect} and
+// outbox_possible_duplicates_total{tool,outcome}, counted by the process that
+// enqueues (serve's HTTP API and MCP server, through Observe and
+// ObservePossibleDuplicate).
 type Enqueues struct {
-	Conflicts    *prometheus.CounterVec
-	Deduplicated *prometheus.CounterVec
-	Enqueued     *prometheus.CounterVec
+	Conflicts          *prometheus.CounterVec
+	Deduplicated       *prometheus.CounterVec
+	Enqueued           *prometheus.CounterVec
+	PossibleDuplicates *prometheus.CounterVec
 }
 
 // NewEnqueues creates the enqueue counters and registers them with reg (none
@@ -175,11 +178,21 @@ func NewEnqueues(reg prometheus.Registerer) *Enqueues {
 			Name: "outbox_intents_enqueued_total",
 			Help: "Intents created.",
 		}, []string{"effect"}),
+		PossibleDuplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_possible_duplicates_total",
+			Help: "Agents' calls under a fresh model key for an action recorded moments before under another key: refused, replayed, or confirmed as new.",
+		}, []string{"tool", "outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.Conflicts, e.Deduplicated, e.Enqueued)
+		reg.MustRegister(e.Conflicts, e.Deduplicated, e.Enqueued, e.PossibleDuplicates)
 	}
 	return e
+}
+
+// ObservePossibleDuplicate counts one possible duplicate the model-key guard
+// met. It has the signature of keyguard.Config.ObserverFunc.
+func (e *Enqueues) ObservePossibleDuplicate(tool, outcome string) {
+	e.PossibleDuplicates.WithLabelValues(tool, outcome).Inc()
 }
 
 // Observe counts one enqueue's outcome. It has the signature of
