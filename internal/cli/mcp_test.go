@@ -90,6 +90,28 @@ func TestMCPStdio(t *testing.T) {
 		require.NotContains(t, stderr.String(), "cus_1", "arguments are not logged")
 	})
 
+	// The model-key guard over stdio: a re-emission under a fresh key is
+	// refused, and nothing more is recorded. (charge is enabled by its
+	// provider's variables; nothing here calls the provider.)
+	t.Run("ModelKeyGuard", func(t *testing.T) {
+		t.Parallel()
+		cs, stderr, _ := connect(t, "OUTBOX_STRIPE_KEY", "sk_test_stdio", "OUTBOX_STRIPE_URL", "http://127.0.0.1:9")
+		defer cs.Close()
+		args := map[string]any{"customer": "cus_stdio", "amount": 4242, "currency": "eur", "idempotency_key": "stdio-model-1"}
+		call, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "charge_card", Arguments: args})
+		require.NoError(t, err)
+		require.False(t, call.IsError, "%s; stderr: %s", structuredJSON(t, call), stderr)
+		before := bundle.countIntents(t)
+
+		args["idempotency_key"] = "stdio-model-2"
+		call, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "charge_card", Arguments: args})
+		require.NoError(t, err)
+		require.True(t, call.IsError)
+		require.Contains(t, structuredJSON(t, call), `"code":"possible_duplicate"`)
+		require.Contains(t, structuredJSON(t, call), `"key":"stdio-model-1"`)
+		require.Equal(t, before, bundle.countIntents(t))
+	})
+
 	t.Run("GetIntentWaits", func(t *testing.T) {
 		t.Parallel()
 		cs, stderr, _ := connect(t)

@@ -160,6 +160,11 @@ func (s *Story) Tell(ctx context.Context) error {
 	}
 	s.out.Printf("   charge  deduplicated: Stripe keeps each Idempotency-Key's answer for 24 h, so a lost\n")
 	s.out.Printf("           outcome is retried with the same provider key (part 1).\n")
+
+	s.out.Printf("\n3. The model calls the tool again under a key it invented\n")
+	if err := s.modelReEmits(ctx); err != nil {
+		return err
+	}
 	s.printSummary()
 	return nil
 }
@@ -481,7 +486,7 @@ func (s *Story) ticketReconciled(ctx context.Context) error {
 
 // printSummary prints the table of calls made against effects performed.
 func (s *Story) printSummary() {
-	s.out.Printf("\n3. Calls made, against effects performed\n")
+	s.out.Printf("\n4. Calls made, against effects performed\n")
 	tw := s.out.Table()
 	fmt.Fprintf(tw, "   effect\tpath\tagent's calls\tprovider requests\teffects\toutcome\n")
 	fmt.Fprintf(tw, "   charge\twithout outbox\t%d\t%d\t%s\tthe failure: one purchase, charged twice\n",

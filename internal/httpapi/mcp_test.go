@@ -180,3 +180,57 @@ func TestMCPAuth(t *testing.T) {
 	require.False(t, res.IsError, "%s", body)
 	require.Equal(t, outbox.NamespaceDefault, decode[mcpAnswer](t, &response{body: body}).Namespace)
 }
+
+// The model-key guard over /mcp, and over the REST API for callers that say
+// their key is a model's (Idempotency-Key-Source: model); without that
+// header the REST API takes keys as given.
+func TestModelKeyGuardOverHTTP(t *testing.T) {
+	t.Parallel()
+	body := `{"effect": "charge", "args": {"customer": "cus_1", "amount": 1999, "currency": "eur"}}`
+	model := func(key string) map[string]string {
+		return map[string]string{"Idempotency-Key": key, "Idempotency-Key-Source": "model", "Content-Type": "application/json"}
+	}
+
+	t.Run("MCP", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		cs, err := bundle.connectMCP(t, tokenAlpha, "")
+		require.NoError(t, err)
+		charge := map[string]any{"customer": "cus_1", "amount": 1999, "currency": "eur", "idempotency_key": "model-1"}
+		res, out := callTool(t, cs, "charge_card", charge)
+		require.False(t, res.IsError, "%s", out)
+		charge["idempotency_key"] = "model-2"
+		res, out = callTool(t, cs, "charge_card", charge)
+		require.True(t, res.IsError)
+		require.Contains(t, string(out), `"code":"possible_duplicate"`)
+		require.Contains(t, string(out), `"key":"model-1"`)
+		require.Equal(t, 1, bundle.countIntents(t))
+	})
+
+	t.Run("HeaderOptsIn", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		post := func(header map[string]string, body string) *response {
+			return bundle.do(t, request{method: http.MethodPost, path: "/v1/intents", token: tokenAlpha, header: header, body: body})
+		}
+		require.Equal(t, http.StatusCreated, post(model("m-1"), body).status)
+		refused := post(model("m-2"), body)
+		require.Equal(t, http.StatusConflict, refused.status, "%s", refused.body)
+		require.Contains(t, string(refused.body), `"code":"possible_duplicate"`)
+		require.Contains(t, string(refused.body), `m-1`)
+		require.Equal(t, 1, bundle.countIntents(t))
+
+		confirmed := post(model("m-2"), `{"effect": "charge", "new_action": true, "args": {"customer": "cus_1", "amount": 1999, "currency": "eur"}}`)
+		require.Equal(t, http.StatusCreated, confirmed.status, "%s", confirmed.body)
+		require.Equal(t, outbox.KeySourceModelConfirmed, decode[enqueued](t, confirmed).KeySource)
+
+		// Without the header, the orchestrator's key is taken as given.
+		plain := post(map[string]string{"Idempotency-Key": "o-3", "Content-Type": "application/json"}, body)
+		require.Equal(t, http.StatusCreated, plain.status, "%s", plain.body)
+		require.Equal(t, 3, bundle.countIntents(t))
+
+		bad := post(map[string]string{"Idempotency-Key": "o-4", "Idempotency-Key-Source": "llm", "Content-Type": "application/json"}, body)
+		require.Equal(t, http.StatusBadRequest, bad.status)
+		require.Contains(t, string(bad.body), `"field":"Idempotency-Key-Source"`)
+	})
+}
