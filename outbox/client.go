@@ -108,6 +108,10 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 // Schema returns the client's schema.
 func (c *Client) Schema() string { return c.schema }
 
+// Effects returns the client's enabled effects; nil when any effect name is
+// accepted (Config.Effects was nil).
+func (c *Client) Effects() *effects.Registry { return c.effects }
+
 // EnqueueParams describes one intent to enqueue.
 type EnqueueParams struct {
 	// Args are the effect's arguments: anything that marshals to a JSON

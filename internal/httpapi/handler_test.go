@@ -42,8 +42,8 @@ type testBundle struct {
 
 // setup serves the API on a fresh schema over a real HTTP server, with the
 // tokens of namespaces alpha and beta (nil config) or config. The effects
-// are noop, noop_at_most_once and charge (a noop by that name, for /mcp's
-// charge_card).
+// are noop, noop_at_most_once, and noops named charge, email, ticket and
+// webhook, for /mcp's tools.
 func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	t.Helper()
 	pool, schema := testdb.MigratedSchema(t)
@@ -51,6 +51,9 @@ func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	var list []effects.Effect
 	for name, g := range map[string]effects.Guarantee{
 		"noop": effects.GuaranteeDeduplicated, "noop_at_most_once": effects.GuaranteeAtMostOnce, "charge": effects.GuaranteeDeduplicated,
+		// noops by the names of the other MCP tools' effects, so that
+		// /mcp lists every tool.
+		"email": effects.GuaranteeAtMostOnce, "ticket": effects.GuaranteeAtMostOnce, "webhook": effects.GuaranteeAtMostOnce,
 	} {
 		e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: pool, Schema: schema})
 		require.NoError(t, err)

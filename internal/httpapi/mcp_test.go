@@ -85,6 +85,7 @@ func TestMCP(t *testing.T) {
 				}
 			}
 			require.ElementsMatch(t, []string{"charge_card", "send_email", "create_ticket", "call_webhook", "get_intent", "list_intents"}, names)
+			requirePlainObjectSchemas(t, tools.Tools)
 
 			charge := map[string]any{"customer": "cus_1", "amount": 1999, "currency": "eur", "idempotency_key": "order-9"}
 			res, body := callTool(t, cs, "charge_card", charge)
@@ -233,4 +234,23 @@ func TestModelKeyGuardOverHTTP(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, bad.status)
 		require.Contains(t, string(bad.body), `"field":"Idempotency-Key-Source"`)
 	})
+}
+
+// requirePlainObjectSchemas requires every tool's input schema to be a plain
+// "type": "object": Anthropic's API refuses a tool whose input schema has
+// oneOf, anyOf or allOf at the top level, and then every request listing
+// the server's tools fails, so Claude-based hosts lose all of them.
+func requirePlainObjectSchemas(t *testing.T, tools []*mcp.Tool) {
+	t.Helper()
+	for _, tool := range tools {
+		b, err := json.Marshal(tool.InputSchema)
+		require.NoError(t, err)
+		var schema map[string]any
+		require.NoError(t, json.Unmarshal(b, &schema))
+		require.Equal(t, "object", schema["type"], tool.Name)
+		for _, combinator := range []string{"oneOf", "anyOf", "allOf", "not", "if", "then", "else"} {
+			require.NotContains(t, schema, combinator, "%s: %s at the top level", tool.Name, combinator)
+		}
+		require.NotNil(t, tool.OutputSchema, "%s: no output schema", tool.Name)
+	}
 }

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -29,6 +30,26 @@ type EffectTool struct {
 
 	// Title is a short human-readable name. Defaults to none.
 	Title string
+
+	// ValidateFunc, when set, checks a call's arguments (without
+	// idempotency_key and new_action) after the schema did, for rules a
+	// schema would need a top-level combinator for, which some hosts
+	// refuse. It returns an *outbox.Error naming the field. Defaults to
+	// none.
+	ValidateFunc func(args map[string]any) error
+}
+
+// requireOneOf is a ValidateFunc requiring at least one of the fields.
+func requireOneOf(fields ...string) func(map[string]any) error {
+	return func(args map[string]any) error {
+		for _, f := range fields {
+			if _, ok := args[f]; ok {
+				return nil
+			}
+		}
+		return &outbox.Error{Code: outbox.CodeInvalidArgs, Field: fields[0],
+			Message: fmt.Sprintf("at least one of %s is required", strings.Join(fields, " and "))}
+	}
 }
 
 // EffectTools returns the effect tools of docs/agents.md: charge_card, send_email,
@@ -60,7 +81,7 @@ The charge is recorded as an intent and carried out by a worker: the answer come
 			Description: `Sends one email, at most once per idempotency key.
 
 The email is recorded as an intent and sent by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome. Plain SMTP cannot tell whether a message whose answer was lost arrived: such an email ends "unknown" and is never sent again unless an operator decides so.` + keyAdvice,
-			InputSchema: withAnyOf(object(map[string]*jsonschema.Schema{
+			InputSchema: object(map[string]*jsonschema.Schema{
 				"to":       addresses("The recipients' addresses, 1 to 50.", 1),
 				"cc":       addresses("Addresses to copy, up to 50.", 0),
 				"subject":  str("The subject line.", 1, 998),
@@ -68,9 +89,10 @@ The email is recorded as an intent and sent by a worker: the answer comes at onc
 				"html":     str("The HTML body. At least one of text and html is required.", 0, 0),
 				"reply_to": {Type: "string", Format: "email", Description: "The address replies go to."},
 			}, "to", "subject"),
-				&jsonschema.Schema{Required: []string{"text"}},
-				&jsonschema.Schema{Required: []string{"html"}},
-			),
+			// Not an anyOf in the schema: hosts such as Anthropic's API
+			// refuse a tool whose input schema has a combinator at the top
+			// level, and then every tool of the server is lost.
+			ValidateFunc: requireOneOf("text", "html"),
 		},
 		{
 			Name:   "create_ticket",
@@ -158,11 +180,6 @@ func object(props map[string]*jsonschema.Schema, required ...string) *jsonschema
 		Required:             required,
 		AdditionalProperties: falseSchema(),
 	}
-}
-
-func withAnyOf(s *jsonschema.Schema, anyOf ...*jsonschema.Schema) *jsonschema.Schema {
-	s.AnyOf = anyOf
-	return s
 }
 
 // str is a string property of minLen to maxLen characters (0: no bound).

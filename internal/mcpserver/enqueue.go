@@ -44,17 +44,27 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 		if err := validateSchema(schema, call.arguments); err != nil {
 			return s.errorResult(ctx, tool.Name, err), nil
 		}
+		if tool.ValidateFunc != nil {
+			var args map[string]any
+			if err := json.Unmarshal(call.args, &args); err != nil {
+				return s.errorResult(ctx, tool.Name, invalidArguments(err)), nil
+			}
+			if err := tool.ValidateFunc(args); err != nil {
+				return s.errorResult(ctx, tool.Name, err), nil
+			}
+		}
 
 		// A key in a tool call comes from the model: it is guarded.
 		// Without one, the call gets its automatic key.
 		res, err := s.guard.Enqueue(ctx, &keyguard.Params{
-			Args:      json.RawMessage(call.args),
-			Effect:    tool.Effect,
-			Key:       call.key,
-			ModelKey:  call.keyGiven,
-			Namespace: s.namespace,
-			NewAction: call.newAction,
-			Tool:      tool.Name,
+			Args:        json.RawMessage(call.args),
+			Effect:      tool.Effect,
+			Key:         call.key,
+			ModelKey:    call.keyGiven,
+			Namespace:   s.namespace,
+			NewAction:   call.newAction,
+			RequestedBy: requestedBy(req),
+			Tool:        tool.Name,
 		})
 		if err != nil {
 			return s.errorResult(ctx, tool.Name, err), nil
@@ -64,6 +74,31 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 			"key_source", string(res.Intent.KeySource), "state", string(res.Intent.State))
 		return jsonResult(enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf})
 	}
+}
+
+// requestedBy names who asked, for the intent's requested_by: "mcp", and the
+// client's name from the MCP handshake when it gave one ("mcp:claude-code").
+// A stateless HTTP request carries no handshake.
+func requestedBy(req *mcp.CallToolRequest) string {
+	if req == nil || req.Session == nil {
+		return "mcp"
+	}
+	params := req.Session.InitializeParams()
+	if params == nil || params.ClientInfo == nil || params.ClientInfo.Name == "" {
+		return "mcp"
+	}
+	name := params.ClientInfo.Name
+	// requested_by holds at most 255 characters, and is shown to operators.
+	if len(name) > 200 {
+		name = name[:200]
+	}
+	name = strings.ToValidUTF8(name, "")
+	return "mcp:" + strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, name)
 }
 
 // toolCall is a mutating tool's arguments, split into the effect's

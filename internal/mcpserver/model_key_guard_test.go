@@ -1,11 +1,13 @@
 package mcpserver_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -178,4 +180,46 @@ func charges(t *testing.T, b *testBundle) int {
 	n, err := noop.Count(t.Context(), b.pool, b.schema, "")
 	require.NoError(t, err)
 	return n
+}
+
+// Every tool's structuredContent matches the outputSchema it lists, for the
+// answers a model meets: a new intent, a duplicate, a finished intent with
+// its result, a page of intents.
+func TestOutputSchemasMatch(t *testing.T) {
+	t.Parallel()
+	bundle := setup(t)
+	bundle.startDispatcher(t)
+	cs := bundle.connect(t, nil)
+	res, err := cs.ListTools(t.Context(), nil)
+	require.NoError(t, err)
+	schemas := map[string]*jsonschema.Resolved{}
+	for _, tool := range res.Tools {
+		b, err := json.Marshal(tool.OutputSchema)
+		require.NoError(t, err)
+		var s jsonschema.Schema
+		require.NoError(t, json.Unmarshal(b, &s))
+		resolved, err := s.Resolve(nil)
+		require.NoError(t, err, tool.Name)
+		schemas[tool.Name] = resolved
+	}
+	check := func(tool string, args map[string]any) {
+		t.Helper()
+		out, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+		require.NoError(t, err)
+		require.False(t, out.IsError, text(out))
+		var v any
+		require.NoError(t, json.Unmarshal(structured(t, out), &v))
+		require.NoError(t, schemas[tool].Validate(v), "%s: %s", tool, structured(t, out))
+	}
+	check("charge_card", charge("idempotency_key", "schema-1"))
+	check("charge_card", charge("idempotency_key", "schema-1"))
+	// requested_by names MCP and the client from the handshake.
+	intent, err := bundle.client.Get(t.Context(), "", "schema-1")
+	require.NoError(t, err)
+	require.NotNil(t, intent.RequestedBy)
+	require.Equal(t, "mcp:test", *intent.RequestedBy)
+	check("send_email", map[string]any{"to": []string{"a@example.com"}, "subject": "s", "html": "<p>h</p>"})
+	check("get_intent", map[string]any{"key": "schema-1", "wait_seconds": 20})
+	check("list_intents", map[string]any{"limit": 1})
+	check("list_intents", nil)
 }

@@ -88,15 +88,17 @@ func (s *server) addReadTools(srv *mcp.Server) error {
 		Description: `Reads an intent by its idempotency key: its state (pending, running, succeeded, failed, unknown, cancelled), the provider's result once succeeded, the error once failed. With wait_seconds, waits until the intent reaches a final state or the time is up, and answers as soon as it does.
 
 "unknown" means the provider could not confirm whether the effect happened: do not retry it; an operator decides.`,
-		InputSchema: getIntentSchema,
-		Annotations: readOnly("Get an intent"),
+		InputSchema:  getIntentSchema,
+		OutputSchema: intentOutputSchema(),
+		Annotations:  readOnly("Get an intent"),
 	}, s.getIntent(getSchema))
 	srv.AddTool(&mcp.Tool{
-		Name:        toolListIntents,
-		Title:       "List intents",
-		Description: `Lists intents, newest first, a page at a time, optionally only some states or one effect. The answer's next_cursor, when not null, continues the listing.`,
-		InputSchema: listIntentsSchema,
-		Annotations: readOnly("List intents"),
+		Name:         toolListIntents,
+		Title:        "List intents",
+		Description:  `Lists intents, newest first, a page at a time, optionally only some states or one effect. The answer's next_cursor, when not null, continues the listing.`,
+		InputSchema:  listIntentsSchema,
+		OutputSchema: listOutputSchema(),
+		Annotations:  readOnly("List intents"),
 	}, s.listIntents(listSchema))
 	return nil
 }

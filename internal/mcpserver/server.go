@@ -68,7 +68,8 @@ type Config struct {
 	// guard met, for outbox_possible_duplicates_total. Defaults to nil.
 	PossibleDuplicateFunc func(tool, outcome string)
 
-	// Tools are the mutating tools. Defaults to EffectTools().
+	// Tools are the mutating tools; those whose effect the client's registry
+	// does not enable are not listed. Defaults to EffectTools().
 	Tools []*EffectTool
 
 	// Version is the server's version in MCP's initialize answer. Defaults
@@ -156,9 +157,16 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		Logger:       SDKLogger(s.logger),
 	})
 	names := map[string]bool{}
+	enabled := client.Effects()
 	for _, t := range tools {
 		if t == nil || t.Name == "" || t.Effect == "" || t.Description == "" {
 			return nil, errors.New("mcpserver: every tool needs a Name, an Effect and a Description")
+		}
+		// Only the tools of effects this server runs are listed: a model
+		// shown a tool that can only answer unknown_effect wastes its
+		// calls, and its context.
+		if _, ok := enabled.Get(t.Effect); enabled != nil && !ok {
+			continue
 		}
 		if names[t.Name] || t.Name == toolGetIntent || t.Name == toolListIntents {
 			return nil, fmt.Errorf("mcpserver: tool %q defined twice", t.Name)
@@ -173,10 +181,11 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 			return nil, fmt.Errorf("mcpserver: tool %q: invalid input schema: %w", t.Name, err)
 		}
 		srv.AddTool(&mcp.Tool{
-			Name:        t.Name,
-			Title:       t.Title,
-			Description: t.Description,
-			InputSchema: schema,
+			Name:         t.Name,
+			Title:        t.Title,
+			Description:  t.Description,
+			InputSchema:  schema,
+			OutputSchema: enqueueOutputSchema(),
 			Annotations: &mcp.ToolAnnotations{
 				// A mutating tool acts on the world, and repeating a call with
 				// the same key has no further effect: the answer is the

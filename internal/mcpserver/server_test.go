@@ -38,7 +38,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool, schema := testdb.MigratedSchema(t)
 	var list []effects.Effect
-	for _, name := range []string{"charge", "noop"} {
+	for _, name := range []string{"charge", "email", "ticket", "webhook", "noop"} {
 		e, err := noop.New(&noop.Config{Name: name, Pool: pool, Schema: schema})
 		require.NoError(t, err)
 		list = append(list, e)
@@ -153,6 +153,28 @@ func charge(extra ...any) map[string]any {
 		args[extra[i].(string)] = extra[i+1]
 	}
 	return args
+}
+
+// A server lists the tools of the effects it runs, and the read tools: a
+// model shown a tool that can only answer unknown_effect wastes its calls.
+func TestListToolsOfEnabledEffectsOnly(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.MigratedSchema(t)
+	e, err := noop.New(&noop.Config{Name: "charge", Pool: pool, Schema: schema})
+	require.NoError(t, err)
+	registry, err := effects.NewRegistry(e)
+	require.NoError(t, err)
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Schema: schema})
+	require.NoError(t, err)
+	bundle := &testBundle{client: client, pool: pool, registry: registry, schema: schema}
+	cs := bundle.connect(t, nil)
+	res, err := cs.ListTools(t.Context(), nil)
+	require.NoError(t, err)
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	require.ElementsMatch(t, []string{"charge_card", "get_intent", "list_intents"}, names)
 }
 
 func TestListTools(t *testing.T) {
@@ -309,10 +331,10 @@ func TestChargeCard(t *testing.T) {
 		te := callError(t, cs, "charge_card", charge("idempotency_key", "k1", "amount", 5000), outbox.CodeIdempotencyKeyReused)
 		require.Equal(t, "idempotency_key", te.Error.Field)
 		require.Contains(t, te.Error.Message, "effect charge")
-		// Another tool, same key and arguments: another effect, refused too.
+		// Another tool, same key: another effect, refused too.
 		callError(t, cs, "send_email", map[string]any{
 			"idempotency_key": "k1", "to": []string{"a@example.com"}, "subject": "s", "text": "t",
-		}, outbox.CodeUnknownEffect) // email is not enabled here
+		}, outbox.CodeIdempotencyKeyReused)
 		require.Equal(t, 1, bundle.countIntents(t))
 	})
 
@@ -337,9 +359,8 @@ func TestChargeCard(t *testing.T) {
 			"BadCurrency":       {"charge_card", charge("currency", "euro"), outbox.CodeInvalidArgs, "currency"},
 			"UnknownArgument":   {"charge_card", charge("tip", 5), outbox.CodeInvalidArgs, "arguments"},
 			"NoArguments":       {"charge_card", nil, outbox.CodeInvalidArgs, "arguments"},
-			"EffectNotEnabled":  {"create_ticket", map[string]any{"subject": "s", "body": "b"}, outbox.CodeUnknownEffect, "effect"},
 			"WebhookNoPayload":  {"call_webhook", map[string]any{"endpoint": "crm"}, outbox.CodeInvalidArgs, "arguments"},
-			"EmailNoBody":       {"send_email", map[string]any{"to": []string{"a@example.com"}, "subject": "s"}, outbox.CodeInvalidArgs, "arguments"},
+			"EmailNoBody":       {"send_email", map[string]any{"to": []string{"a@example.com"}, "subject": "s"}, outbox.CodeInvalidArgs, "text"},
 			"EmailNoRecipients": {"send_email", map[string]any{"to": []string{}, "subject": "s", "text": "t"}, outbox.CodeInvalidArgs, "to"},
 			"TooDeep":           {"call_webhook", json.RawMessage(`{"endpoint": "crm", "payload": {"a": ` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`), outbox.CodeInvalidArgs, "arguments"},
 			"HugeNumber":        {"call_webhook", json.RawMessage(`{"endpoint": "crm", "payload": {"a": 1e1000000}}`), outbox.CodeInvalidArgs, "arguments"},

@@ -1,0 +1,60 @@
+package mcpserver
+
+import (
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+// Output schemas describe each tool's structuredContent, so that hosts and
+// SDKs can check and use it (MCP's outputSchema). They follow the intent's
+// JSON (package outbox, Intent) and the HTTP API's answers.
+
+// intentProperties are the intent's JSON fields.
+func intentProperties() map[string]*jsonschema.Schema {
+	nullable := func(t string) *jsonschema.Schema { return &jsonschema.Schema{Types: []string{t, "null"}} }
+	return map[string]*jsonschema.Schema{
+		"id":           {Type: "integer", Description: "The intent's id; every call with its key answers with the same."},
+		"namespace":    {Type: "string"},
+		"key":          {Type: "string", Description: "The idempotency key."},
+		"effect":       {Type: "string"},
+		"args":         {Type: "object", Description: "The effect's arguments."},
+		"state":        {Type: "string", Enum: []any{"pending", "running", "succeeded", "failed", "unknown", "cancelled"}},
+		"attempts":     {Type: "integer"},
+		"result":       {Description: "The provider's answer once succeeded, else null."},
+		"error":        {Types: []string{"object", "null"}, Description: "{code, message} of a failed attempt or intent, else null."},
+		"provider_key": {Type: "string", Description: "The key sent to the provider, derived from the intent; never the idempotency key."},
+		"requested_by": nullable("string"),
+		"key_source":   {Type: "string", Enum: []any{"explicit", "auto", "model_confirmed"}},
+		"created_at":   {Type: "string", Format: "date-time"},
+		"updated_at":   {Type: "string", Format: "date-time"},
+		"completed_at": {Types: []string{"string", "null"}, Description: "When the intent became final, else null."},
+	}
+}
+
+var intentRequired = []string{"id", "namespace", "key", "effect", "args", "state", "attempts", "provider_key", "key_source", "created_at", "updated_at"}
+
+// intentOutputSchema is get_intent's output.
+func intentOutputSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "object", Properties: intentProperties(), Required: intentRequired}
+}
+
+// enqueueOutputSchema is a mutating tool's output: the intent, "duplicate",
+// and "possible_duplicate_of" when the model-key guard replayed an earlier
+// intent.
+func enqueueOutputSchema() *jsonschema.Schema {
+	props := intentProperties()
+	props["duplicate"] = &jsonschema.Schema{Type: "boolean", Description: "True when the action was already recorded: it was not performed again."}
+	props["possible_duplicate_of"] = &jsonschema.Schema{Type: "string", Description: "The earlier key whose intent answers this call (model-key guard, mode replay)."}
+	return &jsonschema.Schema{Type: "object", Properties: props, Required: append(append([]string{}, intentRequired...), "duplicate")}
+}
+
+// listOutputSchema is list_intents' output.
+func listOutputSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{
+		Type: "object",
+		Properties: map[string]*jsonschema.Schema{
+			"intents":     {Type: "array", Items: intentOutputSchema()},
+			"next_cursor": {Types: []string{"string", "null"}, Description: "Continues the listing; null on the last page."},
+		},
+		Required: []string{"intents", "next_cursor"},
+	}
+}
