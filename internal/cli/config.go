@@ -62,6 +62,10 @@ type Config struct {
 	// MaxAttempts is the number of attempts per intent. Defaults to 25.
 	MaxAttempts int `env:"OUTBOX_MAX_ATTEMPTS, default=25" expect:"a whole number of 1 or more" help:"attempts per intent"`
 
+	// MaxWaits bounds the long-poll waits in progress at once, shared
+	// fairly by namespace. Defaults to 1000.
+	MaxWaits int `env:"OUTBOX_MAX_WAITS, default=1000" expect:"a whole number from 1 to 100000" help:"concurrent long-poll waits (?wait=, get_intent's wait_seconds), shared fairly by namespace"`
+
 	// ModelKeyGuard is what MCP's tools (and enqueues sent with
 	// Idempotency-Key-Source: model) do with a model's fresh key for an
 	// action recorded within AutoKeyWindow under another key. Defaults to
@@ -236,6 +240,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"EffectTimeout", c.EffectTimeout > 0},
 		{"HTTPAddr", validAddr(c.HTTPAddr)},
 		{"LogFormat", c.LogFormat == "text" || c.LogFormat == "json"},
+		{"MaxWaits", c.MaxWaits >= 1 && c.MaxWaits <= 100000},
 		{"ModelKeyGuard", c.ModelKeyGuard == "refuse" || c.ModelKeyGuard == "replay" || c.ModelKeyGuard == "off"},
 		{"LogLevel", validLevel(c.LogLevel)},
 		{"MaxAttempts", c.MaxAttempts >= 1},

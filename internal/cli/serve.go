@@ -133,6 +133,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		HTTPAddr:             cfg.HTTPAddr,
 		Logger:               logger,
 		MaxAttempts:          cfg.MaxAttempts,
+		MaxWaits:             cfg.MaxWaits,
 		ModelKeyGuard:        keyguard.Mode(cfg.ModelKeyGuard),
 		ReconcileInterval:    cfg.ReconcileInterval,
 		Retention:            cfg.Retention,

@@ -76,6 +76,10 @@ type Config struct {
 	// dispatcher's default.
 	MaxAttempts int
 
+	// MaxWaits bounds the long-poll waits in progress at once, shared by
+	// namespace. Defaults to httpapi.WaitsMaxDefault.
+	MaxWaits int
+
 	// ModelKeyGuard is what /mcp's tools and model-keyed enqueues do with a
 	// model's fresh key for an action just recorded under another key.
 	// Defaults to keyguard.ModeRefuse.
@@ -182,6 +186,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		PossibleDuplicateFunc: d.metrics.enqueues.ObservePossibleDuplicate,
 		Tokens:                c.APITokens,
 		Version:               c.Version,
+		WaitsMax:              c.MaxWaits,
 	})
 	if err != nil {
 		return nil, err

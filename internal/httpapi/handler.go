@@ -24,8 +24,10 @@ const (
 	// WaitMax is the longest ?wait= accepted.
 	WaitMax = 60 * time.Second
 
-	// WaitsMaxDefault is Config.WaitsMax's default.
-	WaitsMaxDefault = 8
+	// WaitsMaxDefault is Config.WaitsMax's default: OUTBOX_MAX_WAITS's.
+	// Waits share one LISTEN connection (outbox.Client.Wait), so a wait
+	// costs a goroutine, not a database connection.
+	WaitsMaxDefault = 1000
 
 	// readyTimeout bounds /readyz's look at the database.
 	readyTimeout = 5 * time.Second
@@ -70,11 +72,13 @@ type Config struct {
 	// Version is the server version /mcp reports. Defaults to "dev".
 	Version string
 
-	// WaitsMax bounds the waits (?wait= and get_intent's wait_seconds) that
-	// hold a database connection at once: each listens on a connection of
-	// its own, taken from the pool the workers use. A wait beyond the bound
-	// queues until a slot frees or its time is up, and then answers the
-	// intent as it stands. Defaults to WaitsMaxDefault.
+	// WaitsMax bounds the waits (?wait= and get_intent's wait_seconds) in
+	// progress at once, shared fairly by namespace: each namespace a token
+	// names gets an equal share, so one tenant's waits never delay
+	// another's. A wait first reads the intent, and takes a share only if
+	// the intent is not final; a wait beyond its namespace's share queues
+	// until one frees or its time is up, and then answers the intent as it
+	// stands. Defaults to WaitsMaxDefault.
 	WaitsMax int
 }
 
@@ -89,8 +93,10 @@ type Handler struct {
 	migrator         *migrations.Migrator
 	pool             *pgxpool.Pool
 	tokens           []tokenEntry
-	waits            chan struct{}
-	guard            *keyguard.Guard
+	// waits are the namespaces' shares of WaitsMax.
+	waits    map[string]chan struct{}
+	guard    *keyguard.Guard
+	waitsMax int
 }
 
 // New returns the API handler. client carries out the operations; pool runs
@@ -119,7 +125,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	if waitsMax < 0 {
 		return nil, fmt.Errorf("httpapi: WaitsMax must be positive, not %d", waitsMax)
 	}
-	h.waits = make(chan struct{}, waitsMax)
+	h.waitsMax = waitsMax
 
 	namespaces := []string{h.defaultNamespace}
 	if len(config.Tokens) > 0 {
@@ -136,6 +142,10 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 				namespaces = append(namespaces, namespace)
 			}
 		}
+	}
+	h.waits = make(map[string]chan struct{}, len(namespaces))
+	for _, namespace := range namespaces {
+		h.waits[namespace] = make(chan struct{}, max(1, waitsMax/len(namespaces)))
 	}
 	var err error
 	if h.migrator, err = migrations.New(pool, client.Schema()); err != nil {
@@ -254,15 +264,22 @@ func methodNotAllowed(allow string) apiFunc {
 	}
 }
 
-// wait waits until the intent is terminal or ctx ends, holding one of the
-// WaitsMax slots while it holds a connection. A wait that gets no slot in
-// time returns ctx's error without an intent; callers then read the intent
-// as it stands.
+// wait waits until the intent is terminal or ctx ends. It reads first: most
+// waits are for intents already final, and those answer at once whatever
+// other waits are doing. Only then does it take a slot of its namespace's
+// share of WaitsMax. A wait that gets no slot in time returns ctx's error
+// and no intent; callers then read it again and answer it as it stands.
 func (h *Handler) wait(ctx context.Context, namespace, key string) (*outbox.Intent, error) {
+	intent, err := h.client.Get(ctx, namespace, key)
+	if err != nil || intent.State.Terminal() {
+		return intent, err
+	}
+	slots := h.waits[namespace]
 	select {
-	case h.waits <- struct{}{}:
-		defer func() { <-h.waits }()
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
 	case <-ctx.Done():
+		// No intent: the caller reads it again, as it stands now.
 		return nil, ctx.Err()
 	}
 	return h.client.Wait(ctx, namespace, key)

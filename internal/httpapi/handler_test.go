@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,6 +182,33 @@ func decode[T any](t *testing.T, r *response) *T {
 
 func TestEnqueue(t *testing.T) {
 	t.Parallel()
+
+	// The IETF Idempotency-Key draft makes the header a structured-field
+	// string: "key". Its value is the key; a bare token is the same key.
+	t.Run("QuotedKey", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		body := `{"effect": "noop", "args": {}}`
+		resp := bundle.enqueue(t, `"8e03978e-40d5-43e8-bc93-6894a57f9324"`, body)
+		require.Equal(t, http.StatusCreated, resp.status, "%s", resp.body)
+		require.Equal(t, "8e03978e-40d5-43e8-bc93-6894a57f9324", decode[enqueued](t, resp).Key)
+		require.Equal(t, "/v1/intents/8e03978e-40d5-43e8-bc93-6894a57f9324", resp.header.Get("Location"))
+		bare := bundle.enqueue(t, "8e03978e-40d5-43e8-bc93-6894a57f9324", body)
+		require.Equal(t, http.StatusOK, bare.status, "the same key, bare")
+		require.True(t, decode[enqueued](t, bare).Duplicate)
+
+		escaped := bundle.enqueue(t, `"a\"b\\c"`, body)
+		require.Equal(t, http.StatusCreated, escaped.status, "%s", escaped.body)
+		require.Equal(t, `a"b\c`, decode[enqueued](t, escaped).Key)
+
+		for _, bad := range []string{`"unterminated`, `"a"b"`, `"a\x"`, `"a b"`, `""`, `"\"`} {
+			resp := bundle.enqueue(t, bad, body)
+			require.Equal(t, http.StatusBadRequest, resp.status, bad)
+			require.Contains(t, string(resp.body), `"field":"Idempotency-Key"`, bad)
+			require.Contains(t, string(resp.body), `"code":"invalid_key"`, bad)
+		}
+		require.Equal(t, 2, bundle.countIntents(t))
+	})
 
 	t.Run("NewThenDuplicate", func(t *testing.T) {
 		t.Parallel()
@@ -390,22 +418,87 @@ func TestWait(t *testing.T) {
 		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 	})
 
+	// 200 waits in one namespace do not delay another namespace's wait on
+	// a finished intent: a wait reads first, and each namespace has its own
+	// share of the cap.
+	t.Run("OneTenantsWaitsDoNotDelayAnother", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, &httpapi.Config{WaitsMax: 8, Tokens: map[string]string{tokenAlpha: "alpha", tokenBeta: "beta"}})
+		require.Equal(t, http.StatusCreated, bundle.enqueue(t, "pending", `{"effect": "noop", "args": {}}`).status)
+		require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents", token: tokenBeta,
+			header: map[string]string{"Idempotency-Key": "done"}, body: `{"effect": "noop", "args": {}}`}).status)
+		require.Equal(t, http.StatusOK, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents/done/cancel", token: tokenBeta}).status)
+
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var started sync.WaitGroup
+		for range 200 {
+			started.Add(1)
+			go func() {
+				started.Done()
+				r, err := http.NewRequestWithContext(ctx, http.MethodGet, bundle.url+"/v1/intents/pending?wait=30s", nil)
+				if err != nil {
+					return
+				}
+				r.Header.Set("Authorization", "Bearer "+tokenAlpha)
+				if resp, err := http.DefaultClient.Do(r); err == nil {
+					resp.Body.Close()
+				}
+			}()
+		}
+		started.Wait()
+		start := time.Now()
+		resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/done?wait=30s", token: tokenBeta})
+		require.Equal(t, http.StatusOK, resp.status)
+		require.Equal(t, outbox.StateCancelled, decode[outbox.Intent](t, resp).State)
+		// Without the fix it queued behind alpha's waits for its 30 s.
+		require.Less(t, time.Since(start), 10*time.Second)
+	})
+
+	// A wait beyond its namespace's share queues: it does not listen, so a
+	// change while it queues reaches it only when its time is up, as the
+	// intent then stands. The waits with a slot wake at once.
 	t.Run("MoreWaitsThanSlots", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, &httpapi.Config{WaitsMax: 1})
-		require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents",
-			header: map[string]string{"Idempotency-Key": "q"}, body: `{"effect": "noop", "args": {}}`}).status)
-		results := make(chan *response, 3)
-		for range 3 {
+		for _, key := range []string{"held", "q"} {
+			require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents",
+				header: map[string]string{"Idempotency-Key": key}, body: `{"effect": "noop", "args": {}}`}).status)
+		}
+		type timed struct {
+			resp *response
+			took time.Duration
+		}
+		wait := func(key, d string) <-chan timed {
+			out := make(chan timed, 1)
 			go func() {
-				results <- bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/q?wait=300ms"})
+				start := time.Now()
+				resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/" + key + "?wait=" + d})
+				out <- timed{resp, time.Since(start)}
 			}()
+			return out
 		}
-		for range 3 {
-			resp := <-results
-			require.Equal(t, http.StatusOK, resp.status, "%s", resp.body)
-			require.Equal(t, outbox.StatePending, decode[outbox.Intent](t, resp).State)
-		}
+		// The one slot, held by a wait on another intent.
+		holder := wait("held", "30s")
+		listen := "LISTEN " + pgx.Identifier{bundle.schema + ".intent_changed"}.Sanitize()
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, bundle.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n))
+			return n == 1
+		}, 10*time.Second, 10*time.Millisecond, "the first wait holds the slot and listens")
+		queued := wait("q", "3s")
+		time.Sleep(300 * time.Millisecond) // the second wait has read, and queues
+		require.Equal(t, http.StatusOK, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents/q/cancel"}).status)
+
+		q := <-queued
+		require.Equal(t, http.StatusOK, q.resp.status)
+		require.Equal(t, outbox.StateCancelled, decode[outbox.Intent](t, q.resp).State, "read again when its time is up")
+		require.GreaterOrEqual(t, q.took, 2*time.Second, "the queued wait had no slot, so it did not wake on the change")
+
+		require.Equal(t, http.StatusOK, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents/held/cancel"}).status)
+		h := <-holder
+		require.Equal(t, outbox.StateCancelled, decode[outbox.Intent](t, h.resp).State)
+		require.Less(t, h.took, 10*time.Second, "the wait with the slot wakes on the change")
 	})
 }
 

@@ -149,14 +149,50 @@ func idempotencyKey(r *http.Request) (string, error) {
 	case len(values) > 1:
 		return "", &outbox.Error{Code: outbox.CodeInvalidKey, Field: "Idempotency-Key", Message: "must be given once"}
 	}
-	if err := outbox.ValidateKey(values[0]); err != nil {
+	key := values[0]
+	if strings.HasPrefix(key, `"`) {
+		var err error
+		if key, err = parseSFString(key); err != nil {
+			return "", &outbox.Error{Code: outbox.CodeInvalidKey, Field: "Idempotency-Key", Message: err.Error()}
+		}
+	}
+	if err := outbox.ValidateKey(key); err != nil {
 		var oe *outbox.Error
 		if errors.As(err, &oe) {
 			return "", &outbox.Error{Code: oe.Code, Field: "Idempotency-Key", Message: oe.Message}
 		}
 		return "", err
 	}
-	return values[0], nil
+	return key, nil
+}
+
+// parseSFString parses a structured-field string (RFC 8941, section 3.3.3),
+// the form the IETF Idempotency-Key draft gives the header:
+// "8e03978e-40d5-43e8-bc93-6894a57f9324". Its value is the key; \" and \\
+// are its only escapes. A bare token, as most clients send, is taken as is.
+func parseSFString(s string) (string, error) {
+	if len(s) < 2 || !strings.HasSuffix(s, `"`) {
+		return "", errors.New(`a quoted key must end with a quote: "key"`)
+	}
+	var b strings.Builder
+	for i := 1; i < len(s)-1; i++ {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i++
+			if i >= len(s)-1 || (s[i] != '"' && s[i] != '\\') {
+				return "", errors.New(`in a quoted key, a backslash may only escape " or \\`)
+			}
+			b.WriteByte(s[i])
+		case c == '"':
+			return "", errors.New(`a quote inside a quoted key must be escaped as \"`)
+		case c < 0x20 || c > 0x7e:
+			return "", errors.New("a quoted key holds printable ASCII only")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
 }
 
 // keyPath is key as a path segment. url.PathEscape leaves "." alone, and a
