@@ -82,10 +82,11 @@ type Config struct {
 	WaitsMax int
 }
 
-// Handler serves the HTTP API of docs/agents.md: /v1/intents, /readyz and
-// /mcp. It is safe for concurrent use.
+// Handler serves the HTTP API of docs/agents.md: /v1/intents, /v1/effects,
+// /v1/openapi.json, /readyz and /mcp. It is safe for concurrent use.
 type Handler struct {
 	client           *outbox.Client
+	effects          *effectsAnswer
 	defaultNamespace string
 	handler          http.Handler
 	logger           *slog.Logger
@@ -161,6 +162,14 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 
+	tools := config.MCPTools
+	if tools == nil {
+		tools = mcpserver.EffectTools()
+	}
+	if h.effects, err = newEffectsAnswer(client.Effects(), tools); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
+	}
+
 	// One MCP server per namespace, each acting only in its own: the
 	// request's token picks it.
 	for _, namespace := range namespaces {
@@ -194,6 +203,8 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.Handle("/mcp", h.withAuth(mcpHandler))
+	mux.Handle("GET /v1/effects", h.api(h.listEffects))
+	mux.HandleFunc("GET /v1/openapi.json", h.openAPI)
 	mux.Handle("POST /v1/intents", h.api(h.enqueue))
 	mux.Handle("GET /v1/intents", h.api(h.list))
 	mux.Handle("GET /v1/intents/{key}", h.api(h.get))
@@ -202,6 +213,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	// The same paths with any other method, and any other path under /v1/,
 	// answer in JSON too, after authentication: a caller without a token
 	// learns nothing of which paths exist.
+	mux.Handle("/v1/effects", h.api(methodNotAllowed("GET")))
 	mux.Handle("/v1/intents", h.api(methodNotAllowed("GET, POST")))
 	mux.Handle("/v1/intents/{key}", h.api(methodNotAllowed("GET, HEAD")))
 	mux.Handle("/v1/intents/{key}/cancel", h.api(methodNotAllowed("POST")))

@@ -1,0 +1,77 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
+)
+
+// effectInfo is one effect of GET /v1/effects.
+type effectInfo struct {
+	// ArgsSchema is the JSON Schema of the effect's arguments: the same the
+	// MCP tool of the effect takes (without idempotency_key and
+	// new_action), or any object for an effect without a tool.
+	ArgsSchema json.RawMessage `json:"args_schema"`
+	// DedupeWindowSeconds is the provider's dedupe window, for a
+	// deduplicated effect.
+	DedupeWindowSeconds *int64 `json:"dedupe_window_seconds"`
+	// Guarantee is the effect's guarantee; for an effect whose guarantee
+	// depends on its arguments (a webhook), the weakest it can have, with
+	// GuaranteeDependsOnArgs set.
+	Guarantee              effects.Guarantee `json:"guarantee"`
+	GuaranteeDependsOnArgs bool              `json:"guarantee_depends_on_args"`
+	Name                   string            `json:"name"`
+}
+
+// effectsAnswer is GET /v1/effects' answer.
+type effectsAnswer struct {
+	Effects []effectInfo `json:"effects"`
+}
+
+// newEffectsAnswer lists the effects of registry, with the arguments'
+// schemas of tools.
+func newEffectsAnswer(registry *effects.Registry, tools []*mcpserver.EffectTool) (*effectsAnswer, error) {
+	schemas := map[string]json.RawMessage{}
+	for _, tool := range tools {
+		if tool == nil || tool.InputSchema == nil {
+			continue
+		}
+		b, err := json.Marshal(tool.InputSchema)
+		if err != nil {
+			return nil, err
+		}
+		schemas[tool.Effect] = b
+	}
+	answer := &effectsAnswer{Effects: []effectInfo{}}
+	if registry == nil {
+		return answer, nil
+	}
+	for _, name := range registry.Names() {
+		e, _ := registry.Get(name)
+		info := effectInfo{Name: name, Guarantee: e.Guarantee(), ArgsSchema: schemas[name]}
+		if info.ArgsSchema == nil {
+			info.ArgsSchema = json.RawMessage(`{"type":"object"}`)
+		}
+		if _, ok := e.(effects.ArgsGuaranteer); ok {
+			info.GuaranteeDependsOnArgs = true
+		}
+		if info.Guarantee == effects.GuaranteeDeduplicated || info.GuaranteeDependsOnArgs {
+			seconds := int64(effects.DedupeWindow(e).Seconds())
+			info.DedupeWindowSeconds = &seconds
+		}
+		answer.Effects = append(answer.Effects, info)
+	}
+	return answer, nil
+}
+
+// listEffects is GET /v1/effects: what this server runs, and what each
+// effect takes.
+func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request, _ string) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, h.effects)
+	return nil
+}
