@@ -203,8 +203,13 @@ func TestMCPStdio(t *testing.T) {
 	})
 }
 
+// structuredJSON is a result's JSON: its structuredContent, or for a tool
+// error (which has none) the error's JSON, its last text block.
 func structuredJSON(t *testing.T, res *mcp.CallToolResult) string {
 	t.Helper()
+	if res.IsError {
+		return res.Content[len(res.Content)-1].(*mcp.TextContent).Text
+	}
 	b, err := json.Marshal(res.StructuredContent)
 	require.NoError(t, err)
 	return string(b)

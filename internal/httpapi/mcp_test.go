@@ -53,6 +53,11 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]
 	t.Helper()
 	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
 	require.NoError(t, err)
+	if res.IsError {
+		// An error's JSON is its last text block: it has no
+		// structuredContent.
+		return res, []byte(res.Content[len(res.Content)-1].(*mcp.TextContent).Text)
+	}
 	b, err := json.Marshal(res.StructuredContent)
 	require.NoError(t, err)
 	return res, b

@@ -123,10 +123,12 @@ func callError(t *testing.T, cs *mcp.ClientSession, tool string, args any, code 
 	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
 	require.NoError(t, err, "a tool error is a result, not a protocol error")
 	require.True(t, res.IsError, "expected an error, got %s", text(res))
+	require.Nil(t, res.StructuredContent, "an error has no structuredContent: clients check it against the output schema")
+	require.Len(t, res.Content, 2, "the line a model reads, and the error's JSON")
 	var te toolError
-	require.NoError(t, json.Unmarshal(structured(t, res), &te))
+	require.NoError(t, json.Unmarshal([]byte(res.Content[1].(*mcp.TextContent).Text), &te))
 	require.Equal(t, code, te.Error.Code, "message: %s", te.Error.Message)
-	require.True(t, strings.HasPrefix(text(res), code+": "), text(res))
+	require.True(t, strings.HasPrefix(res.Content[0].(*mcp.TextContent).Text, code+": "), text(res))
 	return &te
 }
 

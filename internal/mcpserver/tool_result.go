@@ -19,7 +19,7 @@ import (
 // has the details.
 const CodeInternal = "internal_error"
 
-// toolError is the structured content of a tool error:
+// toolError is a tool error's JSON, its second text block:
 // {"error": {"code", "message", "field"}}, as the HTTP API's error bodies.
 type toolError struct {
 	Error toolErrorBody `json:"error"`
@@ -96,10 +96,13 @@ func (s *server) errorResult(ctx context.Context, tool string, err error) *mcp.C
 		text += body.Field + ": "
 	}
 	text += body.Message
-	structured, _ := json.Marshal(toolError{Error: body}) // strings only: cannot fail
+	structured, _ := json.Marshal(toolError{Error: body}) // plain values only: cannot fail
+	// No structuredContent: clients (the TypeScript SDK among them) check
+	// it against the tool's outputSchema, which describes the intent, even
+	// on an error. The error's JSON is the second text block instead, after
+	// the line a model reads.
 	return &mcp.CallToolResult{
-		Content:           []mcp.Content{&mcp.TextContent{Text: text}},
-		StructuredContent: json.RawMessage(structured),
-		IsError:           true,
+		Content: []mcp.Content{&mcp.TextContent{Text: text}, &mcp.TextContent{Text: string(structured)}},
+		IsError: true,
 	}
 }

@@ -1,0 +1,123 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The examples of examples/, each run as its README says against a real
+// outboxd serve whose providers are the sandbox's stand-ins in this process:
+// no API key, no network. Each prints its outcome as a JSON line; the tests
+// check it, and count what the stand-in Stripe did.
+
+// exampleOutcome is an example's last JSON line.
+type exampleOutcome struct {
+	Example    string          `json:"example"`
+	IntentIDs  []int64         `json:"intent_ids"`
+	Duplicates []bool          `json:"duplicates"`
+	State      string          `json:"state"`
+	Result     json.RawMessage `json:"result"`
+}
+
+// runExample runs the command in dir with OUTBOX_URL pointing at srv, and
+// returns the outcome it printed.
+func runExample(t *testing.T, srv *process, dir string, name string, args ...string) *exampleOutcome {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = filepath.Join("..", "examples", dir)
+	cmd.Env = append(os.Environ(), "OUTBOX_URL=http://"+srv.addr, "EXAMPLE_RUN="+strings.ReplaceAll(t.Name(), "/", "-"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	require.NoError(t, cmd.Start())
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "%s %v\nstdout: %s\nstderr: %s", name, args, stdout.String(), stderr.String())
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("%s %v did not finish\nstdout: %s\nstderr: %s", name, args, stdout.String(), stderr.String())
+	}
+	var last string
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "{") {
+			last = line
+		}
+	}
+	require.NotEmpty(t, last, "no outcome printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
+	var out exampleOutcome
+	require.NoError(t, json.Unmarshal([]byte(last), &out), last)
+	return &out
+}
+
+// exampleTools says whether node (with the examples' packages) and python3
+// are here; without them the tests say so and skip, or fail under CI.
+func requireTool(t *testing.T, name, hint string, paths ...string) {
+	t.Helper()
+	missing := func(what string) {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing; .ci/run installs it", what)
+		}
+		t.Skipf("%s is missing: %s", what, hint)
+	}
+	if _, err := exec.LookPath(name); err != nil {
+		missing(name)
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(filepath.Join("..", "examples", p)); err != nil {
+			missing(p)
+		}
+	}
+}
+
+func TestExamplesTypeScript(t *testing.T) {
+	t.Parallel()
+	requireTool(t, "node", "cd examples/typescript && npm ci", "typescript/node_modules/tsx")
+	p := newProviderEnv(t, false)
+	srv := p.serve()
+
+	// Each example charges once, whatever its agent repeats.
+	for _, example := range []string{"fetch", "ai-sdk", "langchain", "openai-agents"} {
+		t.Run(example, func(t *testing.T) {
+			before := p.sb.Stripe.Effects()
+			out := runExample(t, srv, "typescript", "npx", "tsx", example+".ts")
+			require.Equal(t, example, out.Example)
+			require.GreaterOrEqual(t, len(out.IntentIDs), 2, "the agent repeated the call")
+			for _, id := range out.IntentIDs {
+				require.Equal(t, out.IntentIDs[0], id, "every answer names the one intent")
+			}
+			require.Equal(t, "succeeded", out.State)
+			require.Equal(t, before+1, p.sb.Stripe.Effects(), "one charge at Stripe")
+		})
+	}
+}
+
+func TestExamplePython(t *testing.T) {
+	t.Parallel()
+	requireTool(t, "python3", "install Python 3 with requests", "python/idempotent_tool.py")
+	if err := exec.Command("python3", "-c", "import requests").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 has no requests module")
+		}
+		t.Skip("python3 has no requests module")
+	}
+	p := newProviderEnv(t, false)
+	srv := p.serve()
+	out := runExample(t, srv, "python", "python3", "idempotent_tool.py")
+	require.Equal(t, "python", out.Example)
+	require.Len(t, out.IntentIDs, 2)
+	require.Equal(t, out.IntentIDs[0], out.IntentIDs[1], "the retry named the first intent")
+	require.Equal(t, []bool{false, true}, out.Duplicates)
+	require.Equal(t, "succeeded", out.State)
+	require.Equal(t, 1, p.sb.Stripe.Effects(), "one charge at Stripe")
+}
