@@ -11,9 +11,10 @@ demo:
 	go run ./cmd/outboxd demo
 
 # The main job: migrate, then serve with the sandbox effects, against
-# DATABASE_URL (the machine's PostgreSQL by default).
+# DATABASE_URL (the machine's PostgreSQL by default), without API tokens, on
+# loopback only (OUTBOX_ALLOW_NO_AUTH): for development.
 run:
-	DATABASE_URL='$(DATABASE_URL)' OUTBOX_SANDBOX=true OUTBOX_AUTO_MIGRATE=true go run ./cmd/outboxd serve
+	DATABASE_URL='$(DATABASE_URL)' OUTBOX_SANDBOX=true OUTBOX_AUTO_MIGRATE=true OUTBOX_ALLOW_NO_AUTH=true go run ./cmd/outboxd serve
 
 # The tests. They use TEST_DATABASE_URL when set, and otherwise start a
 # throwaway PostgreSQL cluster from the local binaries.

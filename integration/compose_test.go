@@ -22,12 +22,28 @@ import (
 
 const repoRoot = ".."
 
-// loadCompose loads docker-compose.yml as docker compose would, with env as the
-// shell's environment.
+// composeTokens and composeUIPassword are the credentials the tests give
+// compose, which has no defaults of its own.
+const (
+	composeTokens     = "4f1c2a9e8b7d6c5a:default"
+	composeUIPassword = "a-password-of-our-own"
+)
+
+// loadCompose loads docker-compose.yml as docker compose would, with env (and
+// the credentials above, unless env sets them) as the shell's variables.
 func loadCompose(t *testing.T, env ...string) *types.Project {
 	t.Helper()
+	vars := map[string]string{"OUTBOX_API_TOKENS": composeTokens, "OUTBOX_UI_PASSWORD": composeUIPassword}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	var list []string
+	for k, v := range vars {
+		list = append(list, k+"="+v)
+	}
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(repoRoot, "docker-compose.yml")},
-		cli.WithWorkingDirectory(repoRoot), cli.WithEnv(env), cli.WithInterpolation(true))
+		cli.WithWorkingDirectory(repoRoot), cli.WithEnv(list), cli.WithInterpolation(true))
 	require.NoError(t, err)
 	project, err := opts.LoadProject(t.Context())
 	require.NoError(t, err)
@@ -110,7 +126,7 @@ func TestCompose(t *testing.T) {
 	// host's loopback only, and the health check asks /readyz there.
 	_, port, err := net.SplitHostPort(serveEnv["OUTBOX_HTTP_ADDR"])
 	require.NoError(t, err)
-	require.Equal(t, "dev-token:default", serveEnv["OUTBOX_API_TOKENS"])
+	require.Equal(t, composeTokens, serveEnv["OUTBOX_API_TOKENS"])
 	require.NotEmpty(t, serveEnv["OUTBOX_UI_USER"])
 	require.NotEmpty(t, serveEnv["OUTBOX_UI_PASSWORD"])
 	require.Len(t, serve.Ports, 1)
@@ -132,14 +148,24 @@ func TestCompose(t *testing.T) {
 	require.Contains(t, stderr.String(), "outboxd: error connecting to postgres://outbox@127.0.0.1:1/")
 }
 
-// TestComposeEnvironment checks that the shell's variables override the
-// development defaults.
+// TestComposeEnvironment checks that the shell's variables reach serve, and
+// that compose refuses to start without credentials: it has no defaults
+// anyone could read.
 func TestComposeEnvironment(t *testing.T) {
 	t.Parallel()
 
-	p := loadCompose(t, "OUTBOX_API_TOKENS=prod-token:shop", "OUTBOX_UI_USER=ops", "OUTBOX_UI_PASSWORD=long-secret")
+	for _, env := range [][]string{nil, {"OUTBOX_UI_PASSWORD=long-secret"}, {"OUTBOX_API_TOKENS=" + composeTokens}} {
+		opts, err := cli.NewProjectOptions([]string{filepath.Join(repoRoot, "docker-compose.yml")},
+			cli.WithWorkingDirectory(repoRoot), cli.WithEnv(env), cli.WithInterpolation(true))
+		require.NoError(t, err)
+		_, err = opts.LoadProject(t.Context())
+		require.Error(t, err, env)
+		require.Regexp(t, "OUTBOX_(API_TOKENS|UI_PASSWORD)", err.Error())
+	}
+
+	p := loadCompose(t, "OUTBOX_API_TOKENS=prod-token-0123456789:shop", "OUTBOX_UI_USER=ops", "OUTBOX_UI_PASSWORD=long-secret")
 	serveEnv := serviceEnv(p.Services["outboxd"])
-	require.Equal(t, "prod-token:shop", serveEnv["OUTBOX_API_TOKENS"])
+	require.Equal(t, "prod-token-0123456789:shop", serveEnv["OUTBOX_API_TOKENS"])
 	require.Equal(t, "ops", serveEnv["OUTBOX_UI_USER"])
 	require.Equal(t, "long-secret", serveEnv["OUTBOX_UI_PASSWORD"])
 }

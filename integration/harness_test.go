@@ -86,6 +86,8 @@ func baseVars(t *testing.T, schema string) []string {
 		"OUTBOX_SCHEMA=" + schema,
 		"OUTBOX_SANDBOX=true",
 		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
+		// Loopback, without tokens: the tests are this machine's.
+		"OUTBOX_ALLOW_NO_AUTH=true",
 		"OUTBOX_EFFECT_TIMEOUT=1s",
 		"OUTBOX_WORKERS=10",
 	}

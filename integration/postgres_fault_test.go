@@ -47,6 +47,7 @@ func TestPostgresFaults(t *testing.T) {
 		"OUTBOX_SCHEMA=" + schema,
 		"OUTBOX_SANDBOX=true",
 		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
+		"OUTBOX_ALLOW_NO_AUTH=true",
 		"OUTBOX_EFFECT_TIMEOUT=1s",
 		"OUTBOX_WORKERS=10",
 	}}

@@ -3,20 +3,50 @@ package cli
 import (
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
-// checkAPIAuth refuses, in one line, to serve the API without tokens on an
-// address other than loopback (docs/operations.md): without tokens,
-// every request acts for namespace default, unauthenticated.
+// checkAPIAuth refuses, in one line, a configuration that would expose the
+// API (docs/operations.md, "Security"): without tokens serve refuses to start
+// unless OUTBOX_ALLOW_NO_AUTH=true says so, and then answers on loopback
+// only, as namespace default with the operator role. Placeholder
+// credentials (the compose file's examples) are refused off loopback.
 func checkAPIAuth(cfg *Config) error {
-	if len(cfg.APITokens) > 0 || loopbackListenAddr(cfg.HTTPAddr) {
+	loopback := loopbackListenAddr(cfg.HTTPAddr)
+	if len(cfg.Tokens()) == 0 {
+		switch {
+		case !cfg.AllowNoAuth:
+			return &ConfigError{Var: "OUTBOX_API_TOKENS", Message: "not set: serve needs API tokens, such as " +
+				"OUTBOX_API_TOKENS=<a token of 16 or more characters>:<namespace>[:agent|operator|reader] " +
+				"(or OUTBOX_API_TOKENS_FILE); to serve without them on this machine only, for development, set OUTBOX_ALLOW_NO_AUTH=true"}
+		case !loopback:
+			return &ConfigError{Var: "OUTBOX_HTTP_ADDR", Message: fmt.Sprintf(
+				"%q is not a loopback address, and OUTBOX_API_TOKENS is empty: without tokens serve answers only on loopback "+
+					"(such as 127.0.0.1:8080); set OUTBOX_API_TOKENS to token:namespace[:role] entries to listen on %s", cfg.HTTPAddr, cfg.HTTPAddr)}
+		}
 		return nil
 	}
-	return &ConfigError{Var: "OUTBOX_HTTP_ADDR", Message: fmt.Sprintf(
-		"%q is not a loopback address, and OUTBOX_API_TOKENS is empty: without tokens serve answers only on loopback "+
-			"(such as 127.0.0.1:8080); set OUTBOX_API_TOKENS to token:namespace pairs to listen on %s", cfg.HTTPAddr, cfg.HTTPAddr)}
+	if !loopback {
+		for _, t := range cfg.Tokens() {
+			if placeholder(t.Secret()) {
+				return &ConfigError{Var: "OUTBOX_API_TOKENS", Message: "holds a placeholder token (the compose file's example, " + t.Fingerprint() +
+					"), and serve listens beyond loopback: set tokens of your own"}
+			}
+		}
+		if cfg.UIPassword != "" && placeholder(cfg.UIPassword) {
+			return &ConfigError{Var: "OUTBOX_UI_PASSWORD", Message: "is a placeholder (the compose file's example), and serve listens beyond loopback: set a password of your own"}
+		}
+	}
+	return nil
+}
+
+// placeholder reports whether a secret is one of the examples the compose
+// file and the docs show, which anyone can read.
+func placeholder(secret string) bool {
+	s := strings.ToLower(secret)
+	return strings.Contains(s, "dev-token") || strings.Contains(s, "change-me")
 }
 
 // checkUIAuth applies River UI's version of the same rule: without

@@ -34,7 +34,10 @@ func setup(t *testing.T) *testBundle {
 		env: map[string]string{
 			"DATABASE_URL":   testdb.URL(t),
 			"OUTBOX_SANDBOX": "true",
-			"OUTBOX_SCHEMA":  schema,
+			// The tests serve on loopback without tokens unless they set
+			// some.
+			"OUTBOX_ALLOW_NO_AUTH": "true",
+			"OUTBOX_SCHEMA":        schema,
 		},
 		pool:   pool,
 		schema: schema,
@@ -212,13 +215,19 @@ func TestConfigErrors(t *testing.T) {
 		"Workers":          {with(base, "OUTBOX_WORKERS", "many"), `OUTBOX_WORKERS: expected a whole number from 1 to 10000, got "many"`},
 		"Bool":             {with(base, "OUTBOX_AUTO_MIGRATE", "maybe"), `OUTBOX_AUTO_MIGRATE: expected true or false, got "maybe"`},
 		"LogLevel":         {with(base, "OUTBOX_LOG_LEVEL", "loud"), `OUTBOX_LOG_LEVEL: expected debug, info, warn or error, got "loud"`},
+		"RateLimit":        {with(base, "OUTBOX_RATE_LIMIT", "fast"), `OUTBOX_RATE_LIMIT: expected rps[:burst], such as 10 or 0.5:5, or off, got "fast"`},
 		"LogFormat":        {with(base, "OUTBOX_LOG_FORMAT", "xml"), `OUTBOX_LOG_FORMAT: expected text or json, got "xml"`},
 		"Schema":           {with(base, "OUTBOX_SCHEMA", "Bad-Schema"), `OUTBOX_SCHEMA: expected a schema name matching ^[a-z_][a-z0-9_]{0,39}$, got "Bad-Schema"`},
 		"LongSchema":       {with(base, "OUTBOX_SCHEMA", strings.Repeat("s", 41)), `OUTBOX_SCHEMA: expected a schema name matching`},
 		"Namespace":        {with(base, "OUTBOX_NAMESPACE", "a b"), `OUTBOX_NAMESPACE: expected a namespace of 1 to 64 printable ASCII characters without spaces, got "a b"`},
 		"HTTPAddr":         {with(base, "OUTBOX_HTTP_ADDR", "localhost"), `OUTBOX_HTTP_ADDR: expected a listen address host:port such as 127.0.0.1:8080, got "localhost"`},
-		"TokensSecret":     {with(base, "OUTBOX_API_TOKENS", "s3cr3t-token"), `OUTBOX_API_TOKENS: expected token:namespace pairs separated by commas`},
-		"TokenNamespace":   {with(base, "OUTBOX_API_TOKENS", "s3cr3t-token:a b"), `OUTBOX_API_TOKENS: expected token:namespace pairs separated by commas`},
+		"TokensSecret":     {with(base, "OUTBOX_API_TOKENS", "s3cr3t-token-0123456"), `OUTBOX_API_TOKENS: entry 1: expected token:namespace[:role]`},
+		"TokenNamespace":   {with(base, "OUTBOX_API_TOKENS", "s3cr3t-token-0123456:a b"), `OUTBOX_API_TOKENS: entry 1: the namespace "a b" is invalid`},
+		"TokenTooShort":    {with(base, "OUTBOX_API_TOKENS", "s3cr3t:ns"), `OUTBOX_API_TOKENS: entry 1: the token is shorter than 16 characters`},
+		"TokenRole":        {with(base, "OUTBOX_API_TOKENS", "s3cr3t-token-0123456:ns:admin"), `OUTBOX_API_TOKENS: entry 1: the role "admin" is not reader, agent or operator`},
+		"TokenTwice":       {with(base, "OUTBOX_API_TOKENS", "s3cr3t-token-0123456:a,s3cr3t-token-0123456:b"), `OUTBOX_API_TOKENS: entries 1 and 2 are the same token`},
+		"TokenMisplaced":   {with(base, "OUTBOX_API_TOKENS", "abc:def:x"), `OUTBOX_API_TOKENS: entry 1: the token is shorter than 16 characters`},
+		"TokensFile":       {with(base, "OUTBOX_API_TOKENS_FILE", "/nonexistent/tokens"), `OUTBOX_API_TOKENS_FILE: cannot read the file`},
 		"DatabaseURLUnset": {nil, `DATABASE_URL: not set; expected a Postgres connection string`},
 		"DatabaseURLBad":   {map[string]string{"DATABASE_URL": "postgres://outbox:hunter2@127.0.0.1:port/outbox"}, `DATABASE_URL: expected a Postgres connection string`},
 	} {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/mail"
 	"net/url"
+	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/outbox-dev/outbox/effects/webhook"
+	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -30,9 +32,20 @@ import (
 // A variable set to the empty string counts as unset, so that OUTBOX_SCHEMA=
 // means the default rather than an invalid schema.
 type Config struct {
-	// APITokens maps each API bearer token to the namespace it acts for.
-	// Defaults to none. Not used yet: the HTTP API comes later.
-	APITokens map[string]string `env:"OUTBOX_API_TOKENS" secret:"true" expect:"token:namespace pairs separated by commas" help:"API bearer tokens, token:namespace,...; each token picks its namespace"`
+	// AllowNoAuth lets serve run without API tokens, on a loopback address
+	// only, acting as namespace default with the operator role. Defaults
+	// to false: without tokens, serve refuses to start.
+	AllowNoAuth bool `env:"OUTBOX_ALLOW_NO_AUTH, default=false" expect:"true or false" help:"serve without API tokens (loopback only): for development"`
+
+	// APITokens are the API bearer tokens, token:namespace[:role] entries
+	// separated by commas (role: agent, the default; operator; reader).
+	// Defaults to none.
+	APITokens string `env:"OUTBOX_API_TOKENS" secret:"true" expect:"token:namespace[:role] entries separated by commas, each token at least 16 characters" help:"API bearer tokens, token:namespace[:role],...; each token picks its namespace and role (agent, operator, reader)"`
+
+	// APITokensFile names a file of API tokens, one entry a line (# starts a
+	// comment); an entry may give the token's hash instead of the token,
+	// sha256:<64 hex>:namespace[:role]. Defaults to none.
+	APITokensFile string `env:"OUTBOX_API_TOKENS_FILE" expect:"the path of a readable file of token entries" help:"API tokens from a file, one token:namespace[:role] or sha256:<hex>:namespace[:role] a line"`
 
 	// AutoKeyWindow is the window of MCP's automatic idempotency key.
 	// Defaults to 10m. Not used yet.
@@ -75,6 +88,10 @@ type Config struct {
 	// Namespace is the namespace the command line acts for. Defaults to
 	// default.
 	Namespace string `env:"OUTBOX_NAMESPACE, default=default" expect:"a namespace of 1 to 64 printable ASCII characters without spaces" help:"namespace the command line acts for"`
+
+	// RateLimit bounds each API token's enqueues over HTTP and /mcp,
+	// "rps[:burst]". Defaults to off.
+	RateLimit string `env:"OUTBOX_RATE_LIMIT" expect:"rps[:burst], such as 10 or 0.5:5, or off" help:"per-token enqueue rate over HTTP and /mcp (rps[:burst]); beyond it, 429 rate_limited with Retry-After"`
 
 	// ReconcileInterval is how often River's leader repairs intents whose
 	// River job is finished or gone. Defaults to 10s.
@@ -147,6 +164,9 @@ type Config struct {
 	// ZendeskToken is the Zendesk API token, required with ZendeskURL.
 	// Defaults to none.
 	ZendeskToken string `env:"OUTBOX_ZENDESK_TOKEN" secret:"true" expect:"a Zendesk API token" help:"Zendesk API token (required with OUTBOX_ZENDESK_URL)"`
+
+	// tokens are APITokens and APITokensFile's entries, parsed.
+	tokens []httpapi.Token
 
 	// ZendeskURL is the Zendesk account, such as https://acme.zendesk.com;
 	// setting it enables ticket. Defaults to none.
@@ -234,7 +254,6 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		field string
 		ok    bool
 	}{
-		{"APITokens", validTokens(c.APITokens)},
 		{"AutoKeyWindow", c.AutoKeyWindow > 0},
 		{"DatabaseURL", c.DatabaseURL == "" || validDatabaseURL(c.DatabaseURL)},
 		{"EffectTimeout", c.EffectTimeout > 0},
@@ -245,6 +264,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"LogLevel", validLevel(c.LogLevel)},
 		{"MaxAttempts", c.MaxAttempts >= 1},
 		{"Namespace", outbox.ValidateNamespace(c.Namespace) == nil},
+		{"RateLimit", validRateLimit(c.RateLimit)},
 		{"ReconcileInterval", c.ReconcileInterval > 0},
 		{"Retention", c.Retention > 0},
 		{"Schema", schemaRE.MatchString(c.Schema)},
@@ -262,6 +282,9 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		}
 	}
 	if err := c.validateWebhooks(); err != nil {
+		return err
+	}
+	if err := c.loadTokens(); err != nil {
 		return err
 	}
 	// A provider is enabled by one variable, and then needs its others.
@@ -335,13 +358,44 @@ func envDefault(field string) string {
 	return def
 }
 
-func validTokens(tokens map[string]string) bool {
-	for token, namespace := range tokens {
-		if token == "" || outbox.ValidateNamespace(namespace) != nil {
-			return false
+// loadTokens parses OUTBOX_API_TOKENS and OUTBOX_API_TOKENS_FILE into
+// c.tokens, naming the entry at fault and never the token.
+func (c *Config) loadTokens() error {
+	c.tokens = nil
+	if c.APITokens != "" {
+		tokens, err := httpapi.ParseTokens(c.APITokens)
+		if err != nil {
+			return &ConfigError{Var: envName("APITokens"), Message: err.Error()}
 		}
+		c.tokens = tokens
 	}
-	return true
+	if c.APITokensFile != "" {
+		b, err := os.ReadFile(c.APITokensFile)
+		if err != nil {
+			return &ConfigError{Var: envName("APITokensFile"), Message: "cannot read the file: " + err.Error()}
+		}
+		tokens, err := httpapi.ParseTokenFile(string(b))
+		if err != nil {
+			return &ConfigError{Var: envName("APITokensFile"), Message: err.Error()}
+		}
+		c.tokens = append(c.tokens, tokens...)
+	}
+	return nil
+}
+
+// Tokens returns the API tokens of OUTBOX_API_TOKENS and
+// OUTBOX_API_TOKENS_FILE.
+func (c *Config) Tokens() []httpapi.Token { return c.tokens }
+
+func validRateLimit(s string) bool {
+	_, err := httpapi.ParseRateLimit(s)
+	return err == nil
+}
+
+// RateLimitValue returns OUTBOX_RATE_LIMIT, parsed (Validate has checked it).
+func (c *Config) RateLimitValue() httpapi.RateLimit {
+	l, _ := httpapi.ParseRateLimit(c.RateLimit)
+	return l
 }
 
 func validAddr(addr string) bool {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/demo"
+	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
@@ -56,6 +57,11 @@ func (a *app) demo(ctx context.Context, args []string) error {
 	env := nonEmptyLookuper{a.lookuper}
 	if _, set := env.Lookup("OUTBOX_HTTP_ADDR"); !set {
 		cfg.HTTPAddr = "127.0.0.1:0"
+	}
+	// The demo is for this machine: without tokens it serves loopback as
+	// serve would with OUTBOX_ALLOW_NO_AUTH=true, and says so.
+	if len(cfg.Tokens()) == 0 {
+		cfg.AllowNoAuth = true
 	}
 	if err := checkAPIAuth(cfg); err != nil {
 		return err
@@ -197,7 +203,7 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 	}
 	env.stops = append(env.stops, func() { _ = d.Stop(context.Background()) })
 	env.Client, env.Daemon = d.Client, d
-	env.Token, env.Namespace = demoToken(cfg.APITokens)
+	env.Token, env.Namespace = demoToken(cfg.Tokens())
 	env.BaseURL = "http://" + d.Addr()
 
 	tw := out.Table()
@@ -206,23 +212,32 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 		sb.Stripe.URL(), sb.SMTP.Addr(), sb.Zendesk.URL())
 	fmt.Fprintf(tw, "  outboxd\tschema %s migrated, dispatcher running (OUTBOX_EFFECT_TIMEOUT=%s), HTTP on %s\n",
 		cfg.Schema, demo.ClientTimeout, env.BaseURL)
+	if env.Token == "" {
+		fmt.Fprintf(tw, "  warning\tno API tokens: the API, /mcp and River UI answer anything on this machine (OUTBOX_ALLOW_NO_AUTH)\n")
+	}
 	tw.Flush() //nolint:errcheck // the writer's errors are its own
 	return env, nil
 }
 
 // demoToken picks the bearer token the demo's agent sends when tokens are
 // configured: namespace default's, else the first namespace's.
-func demoToken(tokens map[string]string) (token, namespace string) {
-	if len(tokens) == 0 {
+func demoToken(tokens []httpapi.Token) (token, namespace string) {
+	var first *httpapi.Token
+	for i, t := range tokens {
+		// The story enqueues: a reader's token cannot; a token given by
+		// its hash cannot be sent.
+		if t.Secret() == "" || !t.Role.Allows(httpapi.RoleAgent) {
+			continue
+		}
+		if t.Namespace == outbox.NamespaceDefault {
+			return t.Secret(), t.Namespace
+		}
+		if first == nil {
+			first = &tokens[i]
+		}
+	}
+	if first == nil {
 		return "", outbox.NamespaceDefault
 	}
-	var all []string
-	for t, ns := range tokens {
-		if ns == outbox.NamespaceDefault {
-			return t, ns
-		}
-		all = append(all, t)
-	}
-	slices.Sort(all)
-	return all[0], tokens[all[0]]
+	return first.Secret(), first.Namespace
 }

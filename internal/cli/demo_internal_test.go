@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
 func TestDemoToken(t *testing.T) {
@@ -13,11 +15,13 @@ func TestDemoToken(t *testing.T) {
 	require.Empty(t, token)
 	require.Equal(t, "default", ns)
 
-	token, ns = demoToken(map[string]string{"b": "billing", "a": "agents", "c": "default"})
-	require.Equal(t, "c", token)
+	tok := func(secret, ns string, role httpapi.Role) httpapi.Token { return httpapi.NewToken(secret, ns, role) }
+	token, ns = demoToken([]httpapi.Token{tok("b-token-0123456789", "billing", httpapi.RoleAgent), tok("c-token-0123456789", "default", httpapi.RoleOperator)})
+	require.Equal(t, "c-token-0123456789", token)
 	require.Equal(t, "default", ns)
 
-	token, ns = demoToken(map[string]string{"b": "billing", "a": "agents"})
-	require.Equal(t, "a", token)
+	// A reader cannot enqueue: the first agent's token.
+	token, ns = demoToken([]httpapi.Token{tok("r-token-0123456789", "default", httpapi.RoleReader), tok("a-token-0123456789", "agents", httpapi.RoleAgent)})
+	require.Equal(t, "a-token-0123456789", token)
 	require.Equal(t, "agents", ns)
 }

@@ -163,7 +163,7 @@ func TestServeRefusesRiverUI(t *testing.T) {
 		line string
 	}{
 		"NotLoopbackWithoutCredentials": {
-			env:  []string{"OUTBOX_HTTP_ADDR", "0.0.0.0:0", "OUTBOX_API_TOKENS", "secret-token:default"},
+			env:  []string{"OUTBOX_HTTP_ADDR", "0.0.0.0:0", "OUTBOX_API_TOKENS", "secret-token-01234567:default"},
 			line: `outboxd: OUTBOX_HTTP_ADDR: "0.0.0.0:0" is not a loopback address, and OUTBOX_UI_USER and OUTBOX_UI_PASSWORD are empty`,
 		},
 		"UserWithoutPassword": {

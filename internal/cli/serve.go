@@ -98,6 +98,9 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		logger.InfoContext(ctx, "effect enabled", "effect", name, "guarantee", string(effect.Guarantee()))
 	}
 
+	if len(cfg.Tokens()) == 0 {
+		logger.WarnContext(ctx, "serving without API tokens (OUTBOX_ALLOW_NO_AUTH=true): anything on this machine can use the API and /mcp as operator of namespace default")
+	}
 	d, err := daemon.Start(ctx, pool, daemonConfig(cfg, registry, logger))
 	if err != nil {
 		return err
@@ -125,7 +128,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 // daemonConfig is what serve (and the demo) run, from the configuration.
 func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
-		APITokens:            cfg.APITokens,
+		APITokens:            cfg.Tokens(),
 		AutoKeyWindow:        cfg.AutoKeyWindow,
 		EffectTimeout:        cfg.EffectTimeout,
 		Effects:              registry,
@@ -134,6 +137,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		Logger:               logger,
 		MaxAttempts:          cfg.MaxAttempts,
 		MaxWaits:             cfg.MaxWaits,
+		RateLimit:            cfg.RateLimitValue(),
 		ModelKeyGuard:        keyguard.Mode(cfg.ModelKeyGuard),
 		ReconcileInterval:    cfg.ReconcileInterval,
 		Retention:            cfg.Retention,

@@ -65,6 +65,10 @@ func (w *logWriter) String() string {
 func serve(t *testing.T, env map[string]string) (addr string, logs *logWriter, stop func() int) {
 	t.Helper()
 	env = with(env, "OUTBOX_HTTP_ADDR", "127.0.0.1:0", "OUTBOX_LOG_FORMAT", "json", "OUTBOX_EFFECT_TIMEOUT", "5s")
+	if _, set := env["OUTBOX_ALLOW_NO_AUTH"]; !set && env["OUTBOX_API_TOKENS"] == "" {
+		// On loopback, without tokens: the tests are this machine's.
+		env = with(env, "OUTBOX_ALLOW_NO_AUTH", "true")
+	}
 	logs = newLogWriter()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
@@ -186,7 +190,7 @@ func TestServeRefuses(t *testing.T) {
 
 	t.Run("Unmigrated", func(t *testing.T) {
 		t.Parallel()
-		env := map[string]string{"DATABASE_URL": testdb.URL(t), "OUTBOX_SANDBOX": "true", "OUTBOX_SCHEMA": testdb.Schema(t)}
+		env := map[string]string{"DATABASE_URL": testdb.URL(t), "OUTBOX_SANDBOX": "true", "OUTBOX_SCHEMA": testdb.Schema(t), "OUTBOX_ALLOW_NO_AUTH": "true"}
 		res := runEnv(t, env, nil, "serve")
 		require.Equal(t, 1, res.code)
 		line := lastLine(res.stderr)

@@ -44,10 +44,11 @@ const (
 
 // Config configures Start.
 type Config struct {
-	// APITokens maps bearer tokens to namespaces for the API and /mcp.
-	// Empty serves namespace default without authentication (the caller
-	// checks that the address is loopback). Defaults to none.
-	APITokens map[string]string
+	// APITokens are the bearer tokens of the API and /mcp, each with its
+	// namespace and role. Empty serves namespace default without
+	// authentication (the caller checks that this is allowed, and the
+	// address loopback). Defaults to none.
+	APITokens []httpapi.Token
 
 	// AutoKeyWindow is the window of MCP's automatic key. Defaults to
 	// mcpserver's default.
@@ -75,6 +76,9 @@ type Config struct {
 	// MaxAttempts is the number of attempts per intent. Defaults to the
 	// dispatcher's default.
 	MaxAttempts int
+
+	// RateLimit bounds each API token's enqueues (httpapi.Config).
+	RateLimit httpapi.RateLimit
 
 	// MaxWaits bounds the long-poll waits in progress at once, shared by
 	// namespace. Defaults to httpapi.WaitsMaxDefault.
@@ -184,6 +188,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		Logger:                c.Logger,
 		ModelKeyGuard:         c.ModelKeyGuard,
 		PossibleDuplicateFunc: d.metrics.enqueues.ObservePossibleDuplicate,
+		RateLimit:             c.RateLimit,
 		Tokens:                c.APITokens,
 		Version:               c.Version,
 		WaitsMax:              c.MaxWaits,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,10 +16,11 @@ import (
 // apiError is an answer other than the intent: a status and the error body's
 // code, field and message.
 type apiError struct {
-	code    string
-	field   string
-	message string
-	status  int
+	code       string
+	field      string
+	message    string
+	retryAfter int // seconds, sent as Retry-After when positive
+	status     int
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.message) }
@@ -108,6 +110,9 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	if ae.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox"`)
+	}
+	if ae.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ae.retryAfter))
 	}
 	if ae.message == "" {
 		ae.message = ae.code

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -18,65 +19,81 @@ const (
 	CodeUnauthorized = "unauthorized"
 )
 
-// tokenEntry is one configured token, kept as its SHA-256 so that every
-// comparison is between two 32-byte values: the time it takes tells nothing
-// of either token's length or content.
-type tokenEntry struct {
-	hash      [sha256.Size]byte
+// principal is who a request acts as: its namespace, its role, and the
+// token's fingerprint for the record.
+type principal struct {
 	namespace string
+	role      Role
+	name      string
 }
 
-type namespaceKey struct{}
+type principalKey struct{}
 
-// withNamespace records the request's namespace, for /mcp's server lookup.
-func withNamespace(ctx context.Context, namespace string) context.Context {
-	return context.WithValue(ctx, namespaceKey{}, namespace)
+// withPrincipal records the request's principal, for /mcp's server lookup
+// and the tools' role checks.
+func withPrincipal(ctx context.Context, p principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
 }
 
+func principalFrom(ctx context.Context) (principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(principal)
+	return p, ok
+}
+
+// namespaceFrom returns the request's namespace, for /mcp's server lookup.
 func namespaceFrom(ctx context.Context) (string, bool) {
-	ns, ok := ctx.Value(namespaceKey{}).(string)
-	return ns, ok
+	p, ok := principalFrom(ctx)
+	return p.namespace, ok
 }
 
-// authenticate returns the namespace r acts for: its bearer token's, or,
-// with no token configured, the default namespace for a request that came
-// through a loopback address with a loopback Host (serve refuses to listen
-// elsewhere without tokens; the Host check stops a web page that rebinds its
-// own DNS name to 127.0.0.1 from calling the API).
-func (h *Handler) authenticate(r *http.Request) (string, error) {
+// forbiddenRole is the answer to a token whose role may not do what the
+// request asks: 403 forbidden, naming the role needed.
+func forbiddenRole(need, have Role) error {
+	return &apiError{status: http.StatusForbidden, code: CodeForbidden, field: "Authorization",
+		message: fmt.Sprintf("this requires the role %s or above; the token's role is %s", need, have)}
+}
+
+// authenticate returns who r acts as: its bearer token's namespace and role,
+// or, with no token configured, namespace default as operator for a request
+// that came through a loopback address with a loopback Host (serve refuses
+// to run without tokens unless told to, and then only on loopback; the Host
+// check stops a web page that rebinds its own DNS name to 127.0.0.1 from
+// calling the API).
+func (h *Handler) authenticate(r *http.Request) (principal, error) {
 	if len(h.tokens) == 0 {
 		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && !IsLoopbackAddr(addr.String()) {
-			return "", &apiError{status: http.StatusForbidden, code: CodeForbidden,
+			return principal{}, &apiError{status: http.StatusForbidden, code: CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only on a loopback address"}
 		}
 		if !IsLoopbackAddr(r.Host) {
-			return "", &apiError{status: http.StatusForbidden, code: CodeForbidden,
+			return principal{}, &apiError{status: http.StatusForbidden, code: CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only requests whose Host is a loopback address"}
 		}
-		return h.defaultNamespace, nil
+		return principal{namespace: h.defaultNamespace, role: RoleOperator, name: "local"}, nil
 	}
 	values := r.Header.Values("Authorization")
 	if len(values) == 0 {
-		return "", unauthorized("missing bearer token: send the header Authorization: Bearer <token>")
+		return principal{}, unauthorized("missing bearer token: send the header Authorization: Bearer <token>")
 	}
 	scheme, token, ok := strings.Cut(strings.TrimSpace(values[0]), " ")
 	token = strings.TrimSpace(token)
 	if len(values) > 1 || !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return "", unauthorized("the Authorization header must be one Bearer <token>")
+		return principal{}, unauthorized("the Authorization header must be one Bearer <token>")
 	}
 	presented := sha256.Sum256([]byte(token))
-	namespace := ""
+	found := -1
 	// Every entry is compared, match or not, so that the time taken depends
 	// only on the number of tokens configured.
 	for i := range h.tokens {
-		if subtle.ConstantTimeCompare(presented[:], h.tokens[i].hash[:]) == 1 {
-			namespace = h.tokens[i].namespace
+		if subtle.ConstantTimeCompare(presented[:], h.tokens[i].Hash[:]) == 1 {
+			found = i
 		}
 	}
-	if namespace == "" {
-		return "", unauthorized("unknown bearer token")
+	if found < 0 {
+		return principal{}, unauthorized("unknown bearer token")
 	}
-	return namespace, nil
+	t := h.tokens[found]
+	return principal{namespace: t.Namespace, role: t.Role, name: t.Fingerprint()}, nil
 }
 
 func unauthorized(msg string) error {

@@ -74,7 +74,7 @@ func FuzzEnqueue(f *testing.F) {
 	require.NoError(f, err)
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Schema: schema})
 	require.NoError(f, err)
-	handler, err := httpapi.New(pool, client, &httpapi.Config{Tokens: map[string]string{tokenAlpha: "alpha"}})
+	handler, err := httpapi.New(pool, client, &httpapi.Config{Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator)}})
 	require.NoError(f, err)
 	count := func(t *testing.T) int {
 		var n int

@@ -2,16 +2,17 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/time/rate"
 	"log/slog"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outbox-dev/outbox/internal/keyguard"
@@ -62,12 +63,16 @@ type Config struct {
 	// Defaults to nil.
 	PossibleDuplicateFunc func(tool, outcome string)
 
-	// Tokens maps each bearer token to the namespace it acts for. When
-	// empty, requests need no token and act for outbox.NamespaceDefault,
-	// and the handler answers only requests that came through a loopback
-	// address (serve refuses to listen on any other without tokens).
-	// Defaults to none.
-	Tokens map[string]string
+	// RateLimit bounds each token's enqueues, over HTTP and /mcp; a request
+	// beyond it is 429 rate_limited with Retry-After. Defaults to no limit.
+	RateLimit RateLimit
+
+	// Tokens are the bearer tokens: each acts for its namespace, with its
+	// role (ParseTokens, ParseTokenFile). When empty, requests need no token
+	// and act for outbox.NamespaceDefault as operator, and the handler
+	// answers only requests that came through a loopback address (serve
+	// refuses to run so unless told to). Defaults to none.
+	Tokens []Token
 
 	// Version is the server version /mcp reports. Defaults to "dev".
 	Version string
@@ -89,11 +94,12 @@ type Handler struct {
 	effects          *effectsAnswer
 	defaultNamespace string
 	handler          http.Handler
+	limits           *limiters
 	logger           *slog.Logger
 	mcpServers       map[string]*mcp.Server
 	migrator         *migrations.Migrator
 	pool             *pgxpool.Pool
-	tokens           []tokenEntry
+	tokens           []Token
 	// waits are the namespaces' shares of WaitsMax.
 	waits    map[string]chan struct{}
 	guard    *keyguard.Guard
@@ -112,6 +118,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	h := &Handler{
 		client:           client,
 		defaultNamespace: outbox.NamespaceDefault,
+		limits:           &limiters{limit: config.RateLimit, byKey: map[string]*rate.Limiter{}},
 		logger:           config.Logger,
 		mcpServers:       map[string]*mcp.Server{},
 		pool:             pool,
@@ -131,16 +138,19 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	namespaces := []string{h.defaultNamespace}
 	if len(config.Tokens) > 0 {
 		namespaces = nil
-		for token, namespace := range config.Tokens {
-			if token == "" {
-				return nil, errors.New("httpapi: a token must not be empty")
-			}
-			if err := outbox.ValidateNamespace(namespace); err != nil {
+		if err := checkDuplicates(config.Tokens); err != nil {
+			return nil, fmt.Errorf("httpapi: tokens: %w", err)
+		}
+		for _, t := range config.Tokens {
+			if err := outbox.ValidateNamespace(t.Namespace); err != nil {
 				return nil, fmt.Errorf("httpapi: token for an invalid namespace: %w", err)
 			}
-			h.tokens = append(h.tokens, tokenEntry{hash: sha256.Sum256([]byte(token)), namespace: namespace})
-			if !slices.Contains(namespaces, namespace) {
-				namespaces = append(namespaces, namespace)
+			if t.Role.rank() == 0 {
+				return nil, fmt.Errorf("httpapi: token %s has no valid role (%q)", t.Fingerprint(), t.Role)
+			}
+			h.tokens = append(h.tokens, t)
+			if !slices.Contains(namespaces, t.Namespace) {
+				namespaces = append(namespaces, t.Namespace)
 			}
 		}
 	}
@@ -179,6 +189,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 			ModelKeyGuard:         config.ModelKeyGuard,
 			Namespace:             namespace,
 			PossibleDuplicateFunc: config.PossibleDuplicateFunc,
+			RateLimitFunc:         h.limits.take,
 			Tools:                 config.MCPTools,
 			Version:               config.Version,
 			WaitFunc:              h.wait,
@@ -202,23 +213,36 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", h.readyz)
-	mux.Handle("/mcp", h.withAuth(mcpHandler))
-	mux.Handle("GET /v1/effects", h.api(h.listEffects))
+	mcpRoute := http.Handler(mcpHandler)
+	if len(h.tokens) > 0 {
+		// The SDK hands TokenInfo to every tool call (req.Extra), which is
+		// how the tools learn the token's role. withAuth has checked the
+		// token already; this only passes its principal on.
+		mcpRoute = auth.RequireBearerToken(func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
+			p, ok := principalFrom(r.Context())
+			if !ok {
+				return nil, auth.ErrInvalidToken
+			}
+			return &auth.TokenInfo{Scopes: []string{string(p.role)}, UserID: p.name, Expiration: time.Now().Add(time.Hour)}, nil
+		}, nil)(mcpHandler)
+	}
+	mux.Handle("/mcp", h.withAuth(mcpRoute))
+	mux.Handle("GET /v1/effects", h.api(RoleReader, h.listEffects))
 	mux.HandleFunc("GET /v1/openapi.json", h.openAPI)
-	mux.Handle("POST /v1/intents", h.api(h.enqueue))
-	mux.Handle("GET /v1/intents", h.api(h.list))
-	mux.Handle("GET /v1/intents/{key}", h.api(h.get))
-	mux.Handle("POST /v1/intents/{key}/cancel", h.api(h.cancel))
-	mux.Handle("POST /v1/intents/{key}/resolve", h.api(h.resolve))
+	mux.Handle("POST /v1/intents", h.api(RoleAgent, h.limited(h.enqueue)))
+	mux.Handle("GET /v1/intents", h.api(RoleReader, h.list))
+	mux.Handle("GET /v1/intents/{key}", h.api(RoleReader, h.get))
+	mux.Handle("POST /v1/intents/{key}/cancel", h.api(RoleAgent, h.cancel))
+	mux.Handle("POST /v1/intents/{key}/resolve", h.api(RoleOperator, h.resolve))
 	// The same paths with any other method, and any other path under /v1/,
 	// answer in JSON too, after authentication: a caller without a token
 	// learns nothing of which paths exist.
-	mux.Handle("/v1/effects", h.api(methodNotAllowed("GET")))
-	mux.Handle("/v1/intents", h.api(methodNotAllowed("GET, POST")))
-	mux.Handle("/v1/intents/{key}", h.api(methodNotAllowed("GET, HEAD")))
-	mux.Handle("/v1/intents/{key}/cancel", h.api(methodNotAllowed("POST")))
-	mux.Handle("/v1/intents/{key}/resolve", h.api(methodNotAllowed("POST")))
-	mux.Handle("/v1/", h.api(func(http.ResponseWriter, *http.Request, string) error {
+	mux.Handle("/v1/effects", h.api(RoleReader, methodNotAllowed("GET")))
+	mux.Handle("/v1/intents", h.api(RoleReader, methodNotAllowed("GET, POST")))
+	mux.Handle("/v1/intents/{key}", h.api(RoleReader, methodNotAllowed("GET, HEAD")))
+	mux.Handle("/v1/intents/{key}/cancel", h.api(RoleReader, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/resolve", h.api(RoleReader, methodNotAllowed("POST")))
+	mux.Handle("/v1/", h.api(RoleReader, func(http.ResponseWriter, *http.Request, string) error {
 		return &apiError{status: http.StatusNotFound, code: outbox.CodeNotFound, message: "no such endpoint"}
 	}))
 
@@ -243,12 +267,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // returns the error to answer instead.
 type apiFunc func(w http.ResponseWriter, r *http.Request, namespace string) error
 
-// api authenticates a request and runs fn for its namespace.
-func (h *Handler) api(fn apiFunc) http.Handler {
+// api authenticates a request, checks that its token's role is at least
+// need, and runs fn for its namespace.
+func (h *Handler) api(need Role, fn apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		namespace, err := h.authenticate(r)
+		p, err := h.authenticate(r)
+		if err == nil && !p.role.Allows(need) {
+			err = forbiddenRole(need, p.role)
+		}
 		if err == nil {
-			err = fn(w, r, namespace)
+			err = fn(w, r.WithContext(withPrincipal(r.Context(), p)), p.namespace)
 		}
 		if err != nil {
 			h.writeError(w, r, err)
@@ -259,12 +287,12 @@ func (h *Handler) api(fn apiFunc) http.Handler {
 // withAuth authenticates a request and passes it on with its namespace.
 func (h *Handler) withAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		namespace, err := h.authenticate(r)
+		p, err := h.authenticate(r)
 		if err != nil {
 			h.writeError(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), namespace)))
+		next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
 	})
 }
 

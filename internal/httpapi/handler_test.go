@@ -66,7 +66,7 @@ func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	b.client, err = outbox.NewClient(pool, &outbox.Config{Effects: b.registry, Schema: schema})
 	require.NoError(t, err)
 	if config == nil {
-		config = &httpapi.Config{Tokens: map[string]string{tokenAlpha: "alpha", tokenBeta: "beta"}}
+		config = &httpapi.Config{Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator), httpapi.NewToken(tokenBeta, "beta", httpapi.RoleOperator)}}
 	}
 	b.handler, err = httpapi.New(pool, b.client, config)
 	require.NoError(t, err)
@@ -423,7 +423,7 @@ func TestWait(t *testing.T) {
 	// share of the cap.
 	t.Run("OneTenantsWaitsDoNotDelayAnother", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, &httpapi.Config{WaitsMax: 8, Tokens: map[string]string{tokenAlpha: "alpha", tokenBeta: "beta"}})
+		bundle := setup(t, &httpapi.Config{WaitsMax: 8, Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator), httpapi.NewToken(tokenBeta, "beta", httpapi.RoleOperator)}})
 		require.Equal(t, http.StatusCreated, bundle.enqueue(t, "pending", `{"effect": "noop", "args": {}}`).status)
 		require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents", token: tokenBeta,
 			header: map[string]string{"Idempotency-Key": "done"}, body: `{"effect": "noop", "args": {}}`}).status)
@@ -837,9 +837,10 @@ func TestNewRefuses(t *testing.T) {
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	for name, config := range map[string]*httpapi.Config{
-		"EmptyToken":    {Tokens: map[string]string{"": "alpha"}},
-		"BadNamespace":  {Tokens: map[string]string{"t": "a b"}},
-		"NegativeWaits": {WaitsMax: -1},
+		"DuplicateToken": {Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleAgent), httpapi.NewToken(tokenAlpha, "beta", httpapi.RoleAgent)}},
+		"BadNamespace":   {Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "a b", httpapi.RoleAgent)}},
+		"NoRole":         {Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", "")}},
+		"NegativeWaits":  {WaitsMax: -1},
 	} {
 		_, err := httpapi.New(pool, client, config)
 		require.Error(t, err, name)
@@ -857,7 +858,7 @@ func TestServerErrors(t *testing.T) {
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	var logs bytes.Buffer
-	h, err := httpapi.New(pool, client, &httpapi.Config{Logger: newTestLogger(&logs), Tokens: map[string]string{tokenAlpha: "alpha"}})
+	h, err := httpapi.New(pool, client, &httpapi.Config{Logger: newTestLogger(&logs), Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator)}})
 	require.NoError(t, err)
 	// The table goes away under the API.
 	_, err = pool.Exec(t.Context(), "DROP TABLE "+pgx.Identifier{schema, "outbox_intent"}.Sanitize()+" CASCADE")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"strings"
 
@@ -32,6 +33,12 @@ type enqueueAnswer struct {
 // then enqueue it under its explicit key or the automatic one.
 func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if err := mayMutate(req); err != nil {
+			return s.errorResult(ctx, tool.Name, err), nil
+		}
+		if err := s.rateLimit(req); err != nil {
+			return s.errorResult(ctx, tool.Name, err), nil
+		}
 		call, err := splitArguments(req.Params.Arguments)
 		if err != nil {
 			return s.errorResult(ctx, tool.Name, err), nil
@@ -74,6 +81,47 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 			"key_source", string(res.Intent.KeySource), "state", string(res.Intent.State))
 		return jsonResult(enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf})
 	}
+}
+
+// CodeForbidden is the tool error of a call whose token's role may not make
+// it, as the HTTP API's 403.
+const CodeForbidden = "forbidden"
+
+// mayMutate refuses a mutating call whose token (over HTTP, its TokenInfo)
+// has the reader role. Over stdio there is no token: the local user acts.
+func mayMutate(req *mcp.CallToolRequest) error {
+	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
+		return nil
+	}
+	for _, role := range req.Extra.TokenInfo.Scopes {
+		if role == "agent" || role == "operator" {
+			return nil
+		}
+	}
+	return &outbox.Error{Code: CodeForbidden, Field: "Authorization",
+		Message: fmt.Sprintf("this tool requires the role agent or operator; the token's role is %s", strings.Join(req.Extra.TokenInfo.Scopes, ", "))}
+}
+
+// CodeRateLimited is the tool error of a call beyond its token's rate, as
+// the HTTP API's 429.
+const CodeRateLimited = "rate_limited"
+
+// rateLimit spends one call of the caller's rate (RateLimitFunc), or refuses
+// the call, saying how long to wait.
+func (s *server) rateLimit(req *mcp.CallToolRequest) error {
+	if s.rateLimitFunc == nil {
+		return nil
+	}
+	name := ""
+	if req != nil && req.Extra != nil && req.Extra.TokenInfo != nil {
+		name = req.Extra.TokenInfo.UserID
+	}
+	wait, ok := s.rateLimitFunc(name)
+	if ok {
+		return nil
+	}
+	return &outbox.Error{Code: CodeRateLimited,
+		Message: fmt.Sprintf("this token's calls are beyond the server's rate limit; retry after %d s", max(1, int(math.Ceil(wait.Seconds()))))}
 }
 
 // requestedBy names who asked, for the intent's requested_by: "mcp", and the

@@ -68,6 +68,12 @@ type Config struct {
 	// guard met, for outbox_possible_duplicates_total. Defaults to nil.
 	PossibleDuplicateFunc func(tool, outcome string)
 
+	// RateLimitFunc, when set, is asked before each mutating call with the
+	// caller's token name (its TokenInfo's UserID; empty over stdio); when it
+	// refuses, the call is a rate_limited tool error saying how long to
+	// wait. Defaults to no limit.
+	RateLimitFunc func(name string) (wait time.Duration, ok bool)
+
 	// Tools are the mutating tools; those whose effect the client's registry
 	// does not enable are not listed. Defaults to EffectTools().
 	Tools []*EffectTool
@@ -90,6 +96,7 @@ type server struct {
 	logger        *slog.Logger
 	namespace     string
 	pool          *pgxpool.Pool
+	rateLimitFunc func(name string) (time.Duration, bool)
 	waitFunc      func(ctx context.Context, namespace, key string) (*outbox.Intent, error)
 
 	// guard records the tools' calls: automatic keys, and the guard on
@@ -114,6 +121,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		logger:        config.Logger,
 		namespace:     config.Namespace,
 		pool:          pool,
+		rateLimitFunc: config.RateLimitFunc,
 		waitFunc:      config.WaitFunc,
 	}
 	if s.autoKeyWindow == 0 {

@@ -1,0 +1,108 @@
+package httpapi
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// CodeRateLimited is the code of an enqueue refused because its token went
+// beyond OUTBOX_RATE_LIMIT (429, with Retry-After).
+const CodeRateLimited = "rate_limited"
+
+// RateLimit is a token bucket on each API token's enqueues: PerSecond
+// enqueues a second on average, Burst at once. The zero value is off.
+type RateLimit struct {
+	PerSecond float64
+	Burst     int
+}
+
+// ParseRateLimit parses OUTBOX_RATE_LIMIT, "rps[:burst]": "10" is 10 a
+// second with a burst of 10, "0.5:5" one every two seconds with a burst of 5.
+// The empty string, "0" and "off" are no limit.
+func ParseRateLimit(s string) (RateLimit, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" || s == "off" {
+		return RateLimit{}, nil
+	}
+	rpsText, burstText, hasBurst := strings.Cut(s, ":")
+	rps, err := strconv.ParseFloat(rpsText, 64)
+	if err != nil || math.IsNaN(rps) || math.IsInf(rps, 0) || rps <= 0 {
+		return RateLimit{}, fmt.Errorf("the rate %q is not a positive number of requests a second", rpsText)
+	}
+	burst := max(1, int(math.Ceil(rps)))
+	if hasBurst {
+		if burst, err = strconv.Atoi(burstText); err != nil || burst < 1 {
+			return RateLimit{}, fmt.Errorf("the burst %q is not a positive whole number", burstText)
+		}
+	}
+	return RateLimit{PerSecond: rps, Burst: burst}, nil
+}
+
+// String gives the limit in ParseRateLimit's form.
+func (l RateLimit) String() string {
+	if l.PerSecond <= 0 {
+		return "off"
+	}
+	return strconv.FormatFloat(l.PerSecond, 'g', -1, 64) + ":" + strconv.Itoa(l.Burst)
+}
+
+// limiters holds one bucket per principal. Their number is bounded by the
+// configured tokens (or the one principal of the open mode), so none is ever
+// dropped.
+type limiters struct {
+	limit RateLimit
+	mu    sync.Mutex
+	byKey map[string]*rate.Limiter
+}
+
+// take spends one request of name's bucket, or tells how long to wait for
+// one; a refused request spends nothing.
+func (l *limiters) take(name string) (time.Duration, bool) {
+	if l == nil || l.limit.PerSecond <= 0 {
+		return 0, true
+	}
+	l.mu.Lock()
+	lim, ok := l.byKey[name]
+	if !ok {
+		lim = rate.NewLimiter(rate.Limit(l.limit.PerSecond), l.limit.Burst)
+		l.byKey[name] = lim
+	}
+	l.mu.Unlock()
+	r := lim.Reserve()
+	if delay := r.Delay(); delay > 0 {
+		r.Cancel()
+		return delay, false
+	}
+	return 0, true
+}
+
+// errRateLimited is the answer to a request beyond its token's rate.
+func errRateLimited(retryAfter time.Duration) error {
+	seconds := retryAfterSeconds(retryAfter)
+	return &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, retryAfter: seconds,
+		message: fmt.Sprintf("this token's enqueues are beyond OUTBOX_RATE_LIMIT; retry after %d s", seconds)}
+}
+
+// retryAfterSeconds rounds a wait up to Retry-After's whole seconds.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// limited refuses an enqueue beyond its principal's rate, before it reads the
+// body.
+func (h *Handler) limited(fn apiFunc) apiFunc {
+	return func(w http.ResponseWriter, r *http.Request, namespace string) error {
+		p, _ := principalFrom(r.Context())
+		if wait, ok := h.limits.take(p.name); !ok {
+			return errRateLimited(wait)
+		}
+		return fn(w, r, namespace)
+	}
+}
