@@ -102,7 +102,7 @@ func TestCancelAfterARescuedAttemptIsRefused(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("river_job")+` j SET state = 'retryable', attempt = 1, attempted_at = now()
 		FROM `+b.table("outbox_intent")+` i WHERE i.job_id = j.id AND i.key = 'rescued'`)
 	require.NoError(t, err)
-	_, err = b.client.Cancel(ctx, "", "rescued")
+	_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "rescued"})
 	require.ErrorIs(t, err, outbox.ErrNotCancellable)
 	require.Contains(t, err.Error(), "an attempt may have started")
 
@@ -113,7 +113,7 @@ func TestCancelAfterARescuedAttemptIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("outbox_intent")+` SET job_attempt = 1 WHERE key = 'retried'`)
 	require.NoError(t, err)
-	intent, err := b.client.Cancel(ctx, "", "retried")
+	intent, err := b.client.Cancel(ctx, &outbox.CancelParams{Key: "retried"})
 	require.NoError(t, err)
 	require.Equal(t, outbox.StateCancelled, intent.State)
 }
@@ -179,7 +179,7 @@ func TestCancelWhileTheDrainHoldsTheIntent(t *testing.T) {
 	cancelErr := make(chan error, 1)
 	d.drainer.beforeCommitFunc = func(ctx context.Context, tx pgx.Tx) error {
 		go func() {
-			_, err := b.client.Cancel(context.Background(), "", "raced")
+			_, err := b.client.Cancel(context.Background(), &outbox.CancelParams{Key: "raced"})
 			cancelErr <- err
 		}()
 		// Commit only once the cancel waits for the row the drain holds.

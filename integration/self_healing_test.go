@@ -132,7 +132,7 @@ func TestCancelRefusedAfterKillMidCharge(t *testing.T) {
 		}
 		var jobState string
 		require.NoError(t, p.pool.QueryRow(ctx, `SELECT state FROM `+p.table("river_job")+` WHERE id = $1`, *current.JobID).Scan(&jobState))
-		_, err = p.client.Cancel(ctx, "", "charge-1")
+		_, err = p.client.Cancel(ctx, &outbox.CancelParams{Key: "charge-1"})
 		require.ErrorIs(t, err, outbox.ErrNotCancellable, "a cancel while the job was %s", jobState)
 		tries++
 		if jobState != "running" {

@@ -209,7 +209,7 @@ func TestEnqueueTx(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, list.Intents, 1)
 		require.Equal(t, c.Intent.ID, list.Intents[0].ID)
-		_, err = b.client.Cancel(ctx, "other", "k")
+		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Namespace: "other", Key: "k"})
 		require.ErrorIs(t, err, outbox.ErrNotFound)
 	})
 
@@ -486,7 +486,7 @@ func TestListGetCancelResolve(t *testing.T) {
 		}
 		_, err := b.client.EnqueueManyTx(ctx, b.pool, params)
 		require.NoError(t, err)
-		_, err = b.client.Cancel(ctx, "", "k03")
+		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "k03"})
 		require.NoError(t, err)
 
 		var keys []string
@@ -527,13 +527,13 @@ func TestListGetCancelResolve(t *testing.T) {
 		b := setup(t)
 		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}})
 		require.NoError(t, err)
-		got, err := b.client.Cancel(ctx, "", "k")
+		got, err := b.client.Cancel(ctx, &outbox.CancelParams{Key: "k"})
 		require.NoError(t, err)
 		require.Equal(t, outbox.StateCancelled, got.State)
 		require.NotNil(t, got.CompletedAt)
-		_, err = b.client.Cancel(ctx, "", "k")
+		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "k"})
 		require.ErrorIs(t, err, outbox.ErrNotCancellable)
-		_, err = b.client.Cancel(ctx, "", "missing")
+		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "missing"})
 		require.ErrorIs(t, err, outbox.ErrNotFound)
 
 		// A pending intent whose earlier attempt may have acted is not
@@ -542,7 +542,7 @@ func TestListGetCancelResolve(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET maybe_sent = true WHERE key = 'maybe'")
 		require.NoError(t, err)
-		_, err = b.client.Cancel(ctx, "", "maybe")
+		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "maybe"})
 		require.ErrorIs(t, err, outbox.ErrNotCancellable)
 
 		// A pending intent whose River job is running has an attempt in
@@ -555,7 +555,7 @@ func TestListGetCancelResolve(t *testing.T) {
 			VALUES ('{}', 'outbox_intent', 25, 1, 'noop', 'running', 1, now(), '{}', '{}') RETURNING id`).Scan(&jobID))
 		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET job_id = $1 WHERE key = 'inflight'", jobID)
 		require.NoError(t, err)
-		_, err = b.client.Cancel(ctx, "", "inflight")
+		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "inflight"})
 		require.ErrorIs(t, err, outbox.ErrNotCancellable)
 		require.ErrorContains(t, err, "an attempt may have started")
 		// Once the job waits for a retry, nothing is in flight, but the
@@ -563,12 +563,12 @@ func TestListGetCancelResolve(t *testing.T) {
 		// whose job River rescued): the provider may have acted.
 		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" SET state = 'retryable', scheduled_at = now() + interval '1 hour' WHERE id = $1", jobID)
 		require.NoError(t, err)
-		_, err = b.client.Cancel(ctx, "", "inflight")
+		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "inflight"})
 		require.ErrorIs(t, err, outbox.ErrNotCancellable)
 		// Once that attempt recorded its outcome (not sent), it may go.
 		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET job_attempt = 1 WHERE key = 'inflight'")
 		require.NoError(t, err)
-		got, err = b.client.Cancel(ctx, "", "inflight")
+		got, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "inflight"})
 		require.NoError(t, err)
 		require.Equal(t, outbox.StateCancelled, got.State)
 	})
@@ -640,7 +640,7 @@ func TestWait(t *testing.T) {
 		// for. It comes once the waiter surely listens, so that it is the
 		// notification, not the read that follows LISTEN, that wakes it.
 		require.Eventually(t, func() bool { return b.listeners(t) == 1 }, 10*time.Second, 10*time.Millisecond)
-		_, err := b.client.Cancel(ctx, "", "k")
+		_, err := b.client.Cancel(ctx, &outbox.CancelParams{Key: "k"})
 		require.NoError(t, err)
 		select {
 		case r := <-done:
@@ -758,7 +758,7 @@ func TestWaitSharesOneListener(t *testing.T) {
 	require.Eventually(t, func() bool { return listeners() == 1 }, 10*time.Second, 10*time.Millisecond)
 
 	for i := range n {
-		_, err := b.client.Cancel(ctx, "", fmt.Sprintf("k%d", i))
+		_, err := b.client.Cancel(ctx, &outbox.CancelParams{Key: fmt.Sprintf("k%d", i)})
 		require.NoError(t, err)
 	}
 	for range n {
@@ -800,7 +800,7 @@ func TestWaitAfterItsListenerIsTerminated(t *testing.T) {
 		return b.scalarQuery(t, `SELECT count(*) FROM pg_stat_activity WHERE query = $1 AND pid <> $2`, listen, pid) == 1
 	}, 10*time.Second, 10*time.Millisecond)
 
-	_, err = b.client.Cancel(ctx, "", "k")
+	_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "k"})
 	require.NoError(t, err)
 	select {
 	case got := <-done:

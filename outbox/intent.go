@@ -99,6 +99,14 @@ type Intent struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// CompletedAt is when the intent became terminal.
 	CompletedAt *time.Time `json:"completed_at"`
+	// ResolvedBy names who cancelled the intent or resolved it by hand (an
+	// API token's fingerprint, "cli:" and the command line's user), for the
+	// record; absent when nobody did.
+	ResolvedBy *string `json:"resolved_by,omitempty"`
+	// ResolutionNote is the note given with the cancel or resolution.
+	ResolutionNote *string `json:"resolution_note,omitempty"`
+	// ResolvedAt is when it was cancelled or resolved by hand.
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
 
 	// JobID is the River job executing the intent, once dispatched.
 	JobID *int64 `json:"-"`
@@ -129,5 +137,8 @@ func intentFromRow(r *intentdb.Row) *Intent {
 		JobID:          r.JobID,
 		LeaseExpiresAt: r.LeaseExpiresAt,
 		MaybeSent:      r.MaybeSent,
+		ResolvedBy:     r.ResolvedBy,
+		ResolutionNote: r.ResolutionNote,
+		ResolvedAt:     r.ResolvedAt,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -189,13 +190,30 @@ func (c *Client) reread(ctx context.Context, q intentdb.Querier, last *Intent) (
 	return intent, nil
 }
 
-// Cancel moves a pending intent to cancelled. It returns ErrNotCancellable
-// once an attempt may have started, whatever River's job shows: when the
-// intent is no longer pending, when its job is running or ran an attempt that
-// recorded no outcome (a deduplicated effect's attempt killed mid-call), or
-// when an earlier attempt may have reached the provider. It returns
-// ErrNotFound when there is no such intent.
-func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, error) {
+// CancelParams is a cancel of a pending intent.
+type CancelParams struct {
+	// By names who cancels, for the record (ResolvedBy): never a secret.
+	// Optional; at most 200 characters.
+	By string
+	// Key is the intent's key.
+	Key string
+	// Namespace is the tenant. Defaults to NamespaceDefault.
+	Namespace string
+	// Note says why, for the record. Optional; at most 1000 characters.
+	Note string
+}
+
+// Cancel moves a pending intent to cancelled, recording who did it. It
+// returns ErrNotCancellable once an attempt may have started, whatever
+// River's job shows: when the intent is no longer pending, when its job is
+// running or ran an attempt that recorded no outcome (a deduplicated
+// effect's attempt killed mid-call), or when an earlier attempt may have
+// reached the provider. It returns ErrNotFound when there is no such intent.
+func (c *Client) Cancel(ctx context.Context, params *CancelParams) (*Intent, error) {
+	if params == nil {
+		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
+	}
+	namespace, key := params.Namespace, params.Key
 	if namespace == "" {
 		namespace = NamespaceDefault
 	}
@@ -205,7 +223,10 @@ func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, er
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	row, err := c.queries.Cancel(ctx, c.pool, namespace, key)
+	if err := validateRecord(params.By, params.Note); err != nil {
+		return nil, err
+	}
+	row, err := c.queries.Cancel(ctx, c.pool, namespace, key, params.By, params.Note)
 	if errors.Is(err, pgx.ErrNoRows) {
 		current, err := c.Get(ctx, namespace, key)
 		if err != nil {
@@ -223,7 +244,19 @@ func (c *Client) Cancel(ctx context.Context, namespace, key string) (*Intent, er
 	if err != nil {
 		return nil, fmt.Errorf("error cancelling intent: %w", err)
 	}
+	c.logger.InfoContext(ctx, "intent cancelled", "namespace", namespace, "key", key, "intent_id", row.ID, "by", params.By)
 	return intentFromRow(row), nil
+}
+
+// validateRecord checks a cancel's or resolution's actor and note.
+func validateRecord(by, note string) error {
+	if len(by) > 200 || !utf8.ValidString(by) {
+		return &Error{Code: CodeInvalidArgs, Field: "by", Message: "must be valid UTF-8 of at most 200 bytes"}
+	}
+	if len(note) > 1000 || !utf8.ValidString(note) {
+		return &Error{Code: CodeInvalidArgs, Field: "note", Message: "must be valid UTF-8 of at most 1000 characters"}
+	}
+	return nil
 }
 
 // Outcome is an operator's decision about an unknown intent.
@@ -242,6 +275,9 @@ const (
 type ResolveParams struct {
 	// Key is the intent's key.
 	Key string
+	// By names who decided, for the record (ResolvedBy): never a secret.
+	// Optional; at most 200 characters.
+	By string
 	// Namespace is the tenant. Defaults to NamespaceDefault.
 	Namespace string
 	// Note says why, for the record.
@@ -277,10 +313,10 @@ func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, e
 	default:
 		return nil, &Error{Code: CodeInvalidArgs, Field: "outcome", Message: "must be succeeded, failed or retry"}
 	}
-	if len(params.Note) > 1000 {
-		return nil, &Error{Code: CodeInvalidArgs, Field: "note", Message: "must be at most 1000 characters"}
+	if err := validateRecord(params.By, params.Note); err != nil {
+		return nil, err
 	}
-	row, err := c.queries.Resolve(ctx, c.pool, namespace, params.Key, string(state), params.Note)
+	row, err := c.queries.Resolve(ctx, c.pool, namespace, params.Key, string(state), params.Note, params.By)
 	if errors.Is(err, pgx.ErrNoRows) {
 		current, err := c.Get(ctx, namespace, params.Key)
 		if err != nil {
@@ -291,5 +327,7 @@ func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, e
 	if err != nil {
 		return nil, fmt.Errorf("error resolving intent: %w", err)
 	}
+	c.logger.InfoContext(ctx, "intent resolved", "namespace", namespace, "key", params.Key, "intent_id", row.ID,
+		"outcome", string(params.Outcome), "by", params.By)
 	return intentFromRow(row), nil
 }

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -106,7 +107,7 @@ func TestServeRoles(t *testing.T) {
 	require.Contains(t, body, "requires the role agent")
 	status, _ = call(agent, "POST", "/v1/intents", enqueue)
 	require.Equal(t, http.StatusCreated, status)
-	status, _ = call(reader, "GET", "/v1/intents/roles-1?wait=20s", "")
+	status, _ = call(reader, "GET", "/v1/intents/roles-1", "")
 	require.Equal(t, http.StatusOK, status)
 
 	// The noop at most once... here deduplicated and ambiguous: it ends
@@ -149,6 +150,9 @@ func TestServeRoles(t *testing.T) {
 	}
 
 	require.Equal(t, 0, stop())
+	// The resolution is logged at info, naming the token by its
+	// fingerprint.
+	require.Regexp(t, `"level":"INFO","msg":"intent resolved","namespace":"team-a","key":"roles-1","intent_id":\d+,"outcome":"failed","by":"api:sha256:`+hex.EncodeToString(sum[:6])+`"}`, logs.String())
 	for _, secret := range []string{reader, agent, operator} {
 		require.NotContains(t, logs.String(), secret, "tokens never reach the logs")
 	}
@@ -188,4 +192,34 @@ func TestServeRefusesOpenMode(t *testing.T) {
 		"OUTBOX_UI_USER", "operator", "OUTBOX_UI_PASSWORD", "change-me"), nil, "serve")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, lastLine(res.stderr), "OUTBOX_UI_PASSWORD: is a placeholder")
+}
+
+// Refused tokens are counted in outbox_http_auth_failures_total and logged
+// at most once a second per remote address, without what was presented.
+func TestServeAuthFailures(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	addr, logs, stop := serve(t, with(bundle.env, "OUTBOX_API_TOKENS", "a-real-token-0123456:default"))
+	const guesses = 10
+	for i := range guesses {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/v1/intents", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", fmt.Sprintf("Bearer guess-%02d-0123456789", i))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.NoError(t, resp.Body.Close())
+	}
+	status, body := httpGet(t, "http://"+addr+"/metrics")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, fmt.Sprintf("\noutbox_http_auth_failures_total %d\n", guesses))
+
+	require.Equal(t, 0, stop())
+	logged := strings.Count(logs.String(), `"msg":"API authentication failed","remote_addr":"127.0.0.1"`)
+	// Ten refusals within moments: one line, or a few on a machine that
+	// stalled for seconds between them, never one each.
+	require.GreaterOrEqual(t, logged, 1)
+	require.Less(t, logged, guesses/2)
+	require.NotContains(t, logs.String(), "guess-0")
 }

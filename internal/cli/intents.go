@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -46,10 +48,11 @@ either way; the exit code is then 1 if it is still not terminal.`,
 	}
 	cmdIntentsCancel = &command{
 		name: "intents cancel",
-		args: "KEY [--namespace NS]",
+		args: "KEY [--note TEXT] [--namespace NS]",
 		doc: `Cancels a pending intent and prints it as JSON. Fails with not_cancellable
 once it has left pending, or when an earlier attempt may have reached the
-provider.`,
+provider. The intent records who cancelled (resolved_by: cli: and your user
+name) and the note.`,
 	}
 	cmdIntentsResolve = &command{
 		name: "intents resolve",
@@ -57,7 +60,8 @@ provider.`,
 		doc: `Moves an unknown intent on, as an operator's decision: succeeded (the effect
 did happen), failed (it did not, and must not be sent again) or retry (send it
 again, knowingly). Prints the intent as JSON. Fails with not_unknown for an
-intent in another state.`,
+intent in another state. The command line acts as an operator; the intent
+records who resolved it (resolved_by: cli: and your user name) and the note.`,
 	}
 )
 
@@ -187,6 +191,7 @@ func (a *app) intentsShow(ctx context.Context, args []string) error {
 
 func (a *app) intentsCancel(ctx context.Context, args []string) error {
 	fs := newFlagSet(cmdIntentsCancel)
+	note := fs.String("note", "", "records `TEXT` saying why")
 	namespace := namespaceFlag(fs)
 	positional, err := a.parse(cmdIntentsCancel, fs, args, 1, 1)
 	if err != nil {
@@ -197,7 +202,7 @@ func (a *app) intentsCancel(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	intent, err := client.Cancel(ctx, cfg.Namespace, positional[0])
+	intent, err := client.Cancel(ctx, &outbox.CancelParams{By: cliActor(), Key: positional[0], Namespace: cfg.Namespace, Note: *note})
 	if err != nil {
 		return unmigrated(cfg, err)
 	}
@@ -230,6 +235,7 @@ func (a *app) intentsResolve(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	intent, err := client.Resolve(ctx, &outbox.ResolveParams{
+		By:        cliActor(),
 		Key:       positional[0],
 		Namespace: cfg.Namespace,
 		Note:      *note,
@@ -243,6 +249,18 @@ func (a *app) intentsResolve(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(a.stderr, "resolved intent %s: now %s\n", intent.Key, intent.State)
 	return nil
+}
+
+// cliActor names the command line's user for the record: "cli:" and the
+// operating system's user name.
+func cliActor() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "cli:" + u.Username
+	}
+	if name := os.Getenv("USER"); name != "" {
+		return "cli:" + name
+	}
+	return "cli"
 }
 
 // namespaceFlag adds --namespace to fs: the namespace to act in, instead of
@@ -279,7 +297,7 @@ func (a *app) newClient(ctx context.Context, namespace *string) (*outbox.Client,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	client, err := outbox.NewClient(pool, &outbox.Config{Logger: newLogger(cfg, a.stderr), Schema: cfg.Schema})
+	client, err := outbox.NewClient(pool, &outbox.Config{Logger: newCommandLogger(cfg, a.stderr), Schema: cfg.Schema})
 	if err != nil {
 		pool.Close()
 		return nil, nil, nil, err

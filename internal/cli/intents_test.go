@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"os/user"
 	"strings"
 	"testing"
 
@@ -120,10 +121,16 @@ func TestIntents(t *testing.T) {
 		require.Equal(t, cli.ExitRefused, res.code)
 		require.Equal(t, "outboxd: not_unknown: intent is pending\n", res.stderr)
 
-		res = bundle.run(t, "intents", "cancel", "a-1")
+		res = bundle.run(t, "intents", "cancel", "a-1", "--note", "ordered twice")
 		require.Equal(t, 0, res.code, res.stderr)
-		require.Equal(t, outbox.StateCancelled, decode[outbox.Intent](t, res.stdout).State)
+		cancelled := decode[outbox.Intent](t, res.stdout)
+		require.Equal(t, outbox.StateCancelled, cancelled.State)
 		require.Equal(t, "cancelled intent a-1\n", res.stderr)
+		// The record names the command line's user.
+		u, err := user.Current()
+		require.NoError(t, err)
+		require.Equal(t, "cli:"+u.Username, *cancelled.ResolvedBy)
+		require.Equal(t, "ordered twice", *cancelled.ResolutionNote)
 
 		res = bundle.run(t, "intents", "cancel", "a-1")
 		require.Equal(t, cli.ExitRefused, res.code)

@@ -25,6 +25,19 @@ const redactedValue = "[redacted]"
 // with the values of redactedKeys replaced.
 func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel) // checked by loadConfig
+	return newLoggerAt(cfg, w, level)
+}
+
+// newCommandLogger is the logger of a one-shot command (intents, enqueue):
+// warnings and errors only, whatever OUTBOX_LOG_LEVEL, because the command
+// prints its own line for what the library logs at info (an intent
+// cancelled or resolved), and the intent records it.
+func newCommandLogger(cfg *Config, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(cfg.LogLevel)
+	return newLoggerAt(cfg, w, max(level, slog.LevelWarn))
+}
+
+func newLoggerAt(cfg *Config, w io.Writer, level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: redactAttr}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))

@@ -131,8 +131,21 @@ func TestRiverUI(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, resp.StatusCode)
 	})
 
+	t.Run("Audit", func(t *testing.T) {
+		// A change is logged with the user who asked (River UI refuses
+		// this empty one, which does not matter: it was asked).
+		resp, _ := uiGet(t, http.MethodPost, base+"/api/jobs/cancel", user, password, nil)
+		require.Less(t, resp.StatusCode, 500)
+		// Every refused request above was counted.
+		status, body := httpGet(t, "http://"+addr+"/metrics")
+		require.Equal(t, http.StatusOK, status)
+		require.Contains(t, body, "\noutbox_http_auth_failures_total 7\n")
+	})
+
 	require.Equal(t, 0, stop())
 	require.NotContains(t, logs.String(), password)
+	require.Contains(t, logs.String(), `"msg":"River UI change","method":"POST","path":"/riverui/api/jobs/cancel","user":"operator"`)
+	require.NotContains(t, logs.String(), `"msg":"River UI change","method":"GET"`)
 }
 
 func TestRiverUILoopbackOnly(t *testing.T) {

@@ -184,6 +184,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		return nil, err
 	}
 	api, err := httpapi.New(pool, d.Client, &httpapi.Config{
+		AuthFailureFunc:       d.metrics.authFailures.Inc,
 		AutoKeyWindow:         c.AutoKeyWindow,
 		Logger:                c.Logger,
 		ModelKeyGuard:         c.ModelKeyGuard,
@@ -232,8 +233,11 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	})
 
 	d.server = &http.Server{
-		ErrorLog:          slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
-		Handler:           newHTTPHandler(&httpHandlerConfig{API: api, Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.UIPassword, UIUser: c.UIUser}),
+		ErrorLog: slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
+		Handler: newHTTPHandler(&httpHandlerConfig{
+			API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Logger: c.Logger,
+			Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.UIPassword, UIUser: c.UIUser,
+		}),
 		IdleTimeout:       HTTPIdleTimeout,
 		ReadHeaderTimeout: HTTPReadHeaderTimeout,
 		ReadTimeout:       HTTPReadTimeout,

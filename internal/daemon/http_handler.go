@@ -27,6 +27,14 @@ type httpHandlerConfig struct {
 	// of them.
 	API http.Handler
 
+	// AuthFailureFunc, when set, counts each River UI request refused for
+	// its credentials, as the API's.
+	AuthFailureFunc func()
+
+	// Logger records River UI's changes (cancel, delete, retry, pause) with
+	// the user who made them. Defaults to a logger that discards.
+	Logger *slog.Logger
+
 	// Metrics is what /metrics exposes.
 	Metrics prometheus.Gatherer
 
@@ -58,7 +66,15 @@ func newHTTPHandler(config *httpHandlerConfig) http.Handler {
 	if config.RiverUI != nil {
 		// The mux redirects /riverui to /riverui/; River UI strips the
 		// prefix itself.
-		mux.Handle(riverUIPrefix+"/", protectRiverUI(config.RiverUI, config.UIUser, config.UIPassword))
+		logger := config.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		failed := config.AuthFailureFunc
+		if failed == nil {
+			failed = func() {}
+		}
+		mux.Handle(riverUIPrefix+"/", protectRiverUI(config.RiverUI, config.UIUser, config.UIPassword, logger, failed))
 	}
 	return mux
 }
@@ -98,7 +114,11 @@ func startRiverUI(ctx context.Context, ui *riverui.Handler) (stop func(), err er
 // rebinds its DNS name to 127.0.0.1). Cross-origin requests from browsers
 // are refused first: a browser sends cached basic credentials to any page
 // that asks, and River UI's API can cancel, retry and delete jobs.
-func protectRiverUI(ui http.Handler, user, password string) http.Handler {
+//
+// Each request that may change something (any method but GET, HEAD and
+// OPTIONS: River UI's cancel, delete, retry, pause and resume) is logged at
+// info with the user who sent it, for the audit trail.
+func protectRiverUI(ui http.Handler, user, password string, logger *slog.Logger, authFailed func()) http.Handler {
 	// Compared as SHA-256 sums, so that the time a comparison takes tells
 	// nothing of either value's length.
 	wantUser, wantPassword := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
@@ -118,9 +138,19 @@ func protectRiverUI(ui http.Handler, user, password string) http.Handler {
 				return
 			}
 		case !authorized(r):
+			authFailed()
 			w.Header().Set("WWW-Authenticate", `Basic realm="outbox River UI", charset="UTF-8"`)
 			http.Error(w, "River UI: the user and password of OUTBOX_UI_USER and OUTBOX_UI_PASSWORD are required", http.StatusUnauthorized)
 			return
+		}
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			who := user
+			if who == "" {
+				who = "local" // loopback without credentials
+			}
+			logger.InfoContext(r.Context(), "River UI change", "method", r.Method, "path", r.URL.Path, "user", who)
 		}
 		ui.ServeHTTP(w, r)
 	}))

@@ -17,10 +17,13 @@ import (
 // each counted where it happens: enqueues by the client behind the HTTP API
 // and MCP, attempts by the workers, the intents by state by a periodic query.
 type serveMetrics struct {
-	enqueues *metrics.Enqueues
-	gauges   *metrics.Gauges
-	registry *prometheus.Registry
-	workers  *workers.Metrics
+	// authFailures is outbox_http_auth_failures_total: requests the API
+	// and /mcp refused for their token.
+	authFailures prometheus.Counter
+	enqueues     *metrics.Enqueues
+	gauges       *metrics.Gauges
+	registry     *prometheus.Registry
+	workers      *workers.Metrics
 }
 
 // newServeMetrics registers outbox's metrics and the Go and process
@@ -36,7 +39,12 @@ func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Du
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 	})
 	buildInfo.Set(1)
+	authFailures := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_http_auth_failures_total",
+		Help: "Requests to the API and /mcp refused for their bearer token (missing, malformed or unknown).",
+	})
 	reg.MustRegister(
+		authFailures,
 		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -50,9 +58,10 @@ func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Du
 		return nil, err
 	}
 	return &serveMetrics{
-		enqueues: metrics.NewEnqueues(reg),
-		gauges:   gauges,
-		registry: reg,
-		workers:  workers.NewMetrics(reg),
+		authFailures: authFailures,
+		enqueues:     metrics.NewEnqueues(reg),
+		gauges:       gauges,
+		registry:     reg,
+		workers:      workers.NewMetrics(reg),
 	}, nil
 }

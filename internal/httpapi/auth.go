@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // CodeUnauthorized answers a request without a known bearer token (401), and
@@ -60,6 +62,58 @@ func forbiddenRole(need, have Role) error {
 // check stops a web page that rebinds its own DNS name to 127.0.0.1 from
 // calling the API).
 func (h *Handler) authenticate(r *http.Request) (principal, error) {
+	p, err := h.authenticateToken(r)
+	if err != nil {
+		h.authFailed(r, err)
+	}
+	return p, err
+}
+
+// authFailed counts a refused request (AuthFailureFunc) and logs it at
+// most once a second per remote address, so that a client stuck on a bad
+// token, or someone guessing, cannot flood the logs. The log names the
+// address and the reason, never what was presented.
+func (h *Handler) authFailed(r *http.Request, err error) {
+	if h.authFailureFunc != nil {
+		h.authFailureFunc()
+	}
+	host, _, splitErr := net.SplitHostPort(r.RemoteAddr)
+	if splitErr != nil {
+		host = r.RemoteAddr
+	}
+	now := time.Now()
+	h.authLogMu.Lock()
+	last, seen := h.authLogged[host]
+	logIt := !seen || now.Sub(last) >= time.Second
+	if logIt {
+		if len(h.authLogged) >= authLogMax {
+			for k, t := range h.authLogged {
+				if now.Sub(t) >= time.Second {
+					delete(h.authLogged, k)
+				}
+			}
+		}
+		if len(h.authLogged) < authLogMax {
+			h.authLogged[host] = now
+		}
+	}
+	h.authLogMu.Unlock()
+	if logIt {
+		msg := err.Error()
+		var ae *apiError
+		if errors.As(err, &ae) {
+			msg = ae.message
+		}
+		h.logger.WarnContext(r.Context(), "API authentication failed", "remote_addr", host, "route", r.URL.Path, "reason", msg)
+	}
+}
+
+// authLogMax bounds the addresses authFailed remembers; beyond it (a
+// spray from many addresses) every failure is logged until old entries
+// expire, which is the rate at which they arrive anyway.
+const authLogMax = 10000
+
+func (h *Handler) authenticateToken(r *http.Request) (principal, error) {
 	if len(h.tokens) == 0 {
 		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && !IsLoopbackAddr(addr.String()) {
 			return principal{}, &apiError{status: http.StatusForbidden, code: CodeForbidden,

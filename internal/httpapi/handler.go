@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +41,11 @@ const CodeInternal = "internal_error"
 
 // Config configures the API handler.
 type Config struct {
+	// AuthFailureFunc, when set, is called once for each request refused
+	// for its token (401), for outbox_http_auth_failures_total. Defaults
+	// to nil.
+	AuthFailureFunc func()
+
 	// AutoKeyWindow is the window of /mcp's automatic key (see
 	// mcpserver.Config). Defaults to mcpserver.AutoKeyWindowDefault.
 	AutoKeyWindow time.Duration
@@ -95,11 +101,16 @@ type Handler struct {
 	defaultNamespace string
 	handler          http.Handler
 	limits           *limiters
-	logger           *slog.Logger
-	mcpServers       map[string]*mcp.Server
-	migrator         *migrations.Migrator
-	pool             *pgxpool.Pool
-	tokens           []Token
+	// authFailureFunc, authLogMu and authLogged count and log refused
+	// requests (authFailed).
+	authFailureFunc func()
+	authLogMu       sync.Mutex
+	authLogged      map[string]time.Time
+	logger          *slog.Logger
+	mcpServers      map[string]*mcp.Server
+	migrator        *migrations.Migrator
+	pool            *pgxpool.Pool
+	tokens          []Token
 	// waits are the namespaces' shares of WaitsMax.
 	waits    map[string]chan struct{}
 	guard    *keyguard.Guard
@@ -118,6 +129,8 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	h := &Handler{
 		client:           client,
 		defaultNamespace: outbox.NamespaceDefault,
+		authFailureFunc:  config.AuthFailureFunc,
+		authLogged:       map[string]time.Time{},
 		limits:           &limiters{limit: config.RateLimit, byKey: map[string]*rate.Limiter{}},
 		logger:           config.Logger,
 		mcpServers:       map[string]*mcp.Server{},

@@ -583,11 +583,19 @@ func TestCancel(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.status)
 	require.Equal(t, outbox.CodeInvalidJSON, resp.errorCode(t))
 
-	resp = cancel(`{}`)
+	resp = cancel(`{"note": 1}`)
+	require.Equal(t, http.StatusBadRequest, resp.status)
+	resp = cancel(`{"note": "` + strings.Repeat("n", 1001) + `"}`)
+	require.Equal(t, http.StatusBadRequest, resp.status)
+	require.Equal(t, "note", resp.field(t))
+
+	resp = cancel(`{"note": "the customer changed their mind"}`)
 	require.Equal(t, http.StatusOK, resp.status, "%s", resp.body)
 	intent := decode[outbox.Intent](t, resp)
 	require.Equal(t, outbox.StateCancelled, intent.State)
 	require.NotNil(t, intent.CompletedAt)
+	require.Equal(t, "api:"+httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator).Fingerprint(), *intent.ResolvedBy)
+	require.Equal(t, "the customer changed their mind", *intent.ResolutionNote)
 
 	resp = cancel("")
 	require.Equal(t, http.StatusConflict, resp.status)
@@ -627,7 +635,15 @@ func TestResolve(t *testing.T) {
 
 	resp = resolve("u", `{"outcome": "succeeded", "note": "checked in the provider's dashboard"}`)
 	require.Equal(t, http.StatusOK, resp.status, "%s", resp.body)
-	require.Equal(t, outbox.StateSucceeded, decode[outbox.Intent](t, resp).State)
+	resolved := decode[outbox.Intent](t, resp)
+	require.Equal(t, outbox.StateSucceeded, resolved.State)
+	// The record names the token by its fingerprint, never the token.
+	require.Equal(t, "api:"+httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator).Fingerprint(), *resolved.ResolvedBy)
+	require.Equal(t, "checked in the provider's dashboard", *resolved.ResolutionNote)
+	require.NotNil(t, resolved.ResolvedAt)
+	require.NotContains(t, string(resp.body), tokenAlpha)
+	resp = bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/u", token: tokenAlpha})
+	require.Equal(t, resolved.ResolvedBy, decode[outbox.Intent](t, resp).ResolvedBy)
 
 	resp = resolve("u", `{"outcome": "failed"}`)
 	require.Equal(t, http.StatusConflict, resp.status)

@@ -287,7 +287,8 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 	return nil
 }
 
-// cancel is POST /v1/intents/{key}/cancel. Its body, if any, must be {}.
+// cancel is POST /v1/intents/{key}/cancel. Its body, if any, is
+// {"note": "..."}.
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, namespace string) error {
 	if err := checkQuery(r); err != nil {
 		return err
@@ -296,17 +297,32 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, namespace strin
 	if err != nil {
 		return err
 	}
+	var req struct {
+		Note string `json:"note"`
+	}
 	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := decodeStrict(body, &struct{}{}); err != nil {
+		if err := decodeStrict(body, &req); err != nil {
 			return err
 		}
 	}
-	intent, err := h.client.Cancel(r.Context(), namespace, r.PathValue("key"))
+	intent, err := h.client.Cancel(r.Context(), &outbox.CancelParams{
+		By:        actor(r),
+		Key:       r.PathValue("key"),
+		Namespace: namespace,
+		Note:      req.Note,
+	})
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, intent)
 	return nil
+}
+
+// actor names the request's token for the record: "api:" and its
+// fingerprint, never the token ("api:local" without tokens).
+func actor(r *http.Request) string {
+	p, _ := principalFrom(r.Context())
+	return "api:" + p.name
 }
 
 // resolve is POST /v1/intents/{key}/resolve.
@@ -323,6 +339,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, namespace stri
 		return err
 	}
 	intent, err := h.client.Resolve(r.Context(), &outbox.ResolveParams{
+		By:        actor(r),
 		Key:       r.PathValue("key"),
 		Namespace: namespace,
 		Note:      req.Note,

@@ -55,13 +55,16 @@ type Row struct {
 	JobID          *int64
 	LeaseExpiresAt *time.Time
 	MaybeSent      bool
+	ResolvedBy     *string
+	ResolutionNote *string
+	ResolvedAt     *time.Time
 }
 
 // rowColumns lists the columns scanRow reads, in its order.
 var rowColumns = []string{
 	"id", "namespace", "key", "effect", "args", "state", "attempt", "result", "error",
 	"provider_key", "requested_by", "key_source", "created_at", "updated_at", "completed_at",
-	"job_id", "lease_expires_at", "maybe_sent",
+	"job_id", "lease_expires_at", "maybe_sent", "resolved_by", "resolution_note", "resolved_at",
 }
 
 // columns returns rowColumns, each prefixed (a table alias, or "(r.intent)."
@@ -79,7 +82,7 @@ func scanRow(row pgx.Row, extra ...any) (*Row, error) {
 	dest := []any{
 		&r.ID, &r.Namespace, &r.Key, &r.Effect, &r.Args, &r.State, &r.Attempt, &r.Result, &r.Error,
 		&r.ProviderKey, &r.RequestedBy, &r.KeySource, &r.CreatedAt, &r.UpdatedAt, &r.CompletedAt,
-		&r.JobID, &r.LeaseExpiresAt, &r.MaybeSent,
+		&r.JobID, &r.LeaseExpiresAt, &r.MaybeSent, &r.ResolvedBy, &r.ResolutionNote, &r.ResolvedAt,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err

@@ -108,7 +108,8 @@ func (q *Queries) renderClient(r func(string) string) {
 			FOR UPDATE
 		), upd AS (
 			UPDATE {{schema}}.outbox_intent
-			SET state = 'cancelled', completed_at = now(), updated_at = now()
+			SET state = 'cancelled', completed_at = now(), updated_at = now(),
+			    resolved_by = $3, resolution_note = NULLIF($4, ''), resolved_at = now()
 			WHERE namespace = $1 AND key = $2 AND state = 'pending' AND NOT maybe_sent
 			  AND job_id IS NOT DISTINCT FROM (SELECT job_id FROM cur)
 			  AND NOT EXISTS (SELECT 1 FROM job WHERE job.state = 'running' OR job.attempt > (SELECT job_attempt FROM cur))
@@ -134,7 +135,8 @@ func (q *Queries) renderClient(r func(string) string) {
 			    job_attempt = CASE WHEN $3 = 'pending' THEN 0 ELSE job_attempt END,
 			    maybe_sent = CASE WHEN $3 = 'pending' THEN false ELSE maybe_sent END,
 			    lease_expires_at = NULL,
-			    updated_at = now()
+			    updated_at = now(),
+			    resolved_by = $5, resolution_note = NULLIF($4, ''), resolved_at = now()
 			WHERE namespace = $1 AND key = $2 AND state = 'unknown'
 			RETURNING {{columns}}
 		), notified AS (
@@ -251,15 +253,15 @@ func (q *Queries) List(ctx context.Context, db Querier, p *ListParams) ([]*Row, 
 // Cancel moves a pending intent that no attempt may have reached the
 // provider for to cancelled, and returns it; pgx.ErrNoRows when it did not
 // (the caller reads the intent to say why).
-func (q *Queries) Cancel(ctx context.Context, db Querier, namespace, key string) (*Row, error) {
-	return scanRow(db.QueryRow(ctx, q.sqlCancel, namespace, key))
+func (q *Queries) Cancel(ctx context.Context, db Querier, namespace, key, by, note string) (*Row, error) {
+	return scanRow(db.QueryRow(ctx, q.sqlCancel, namespace, key, by, note))
 }
 
 // Resolve moves an unknown intent to state (succeeded, failed, or pending
 // for a knowing resend) and returns it; pgx.ErrNoRows when the intent is not
 // unknown.
-func (q *Queries) Resolve(ctx context.Context, db Querier, namespace, key, state, note string) (*Row, error) {
-	return scanRow(db.QueryRow(ctx, q.sqlResolve, namespace, key, state, note))
+func (q *Queries) Resolve(ctx context.Context, db Querier, namespace, key, state, note, by string) (*Row, error) {
+	return scanRow(db.QueryRow(ctx, q.sqlResolve, namespace, key, state, note, by))
 }
 
 func (q *Queries) renderMaintenance(r func(string) string) {
