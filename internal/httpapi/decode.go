@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -26,6 +27,9 @@ const (
 
 // readBody reads r's body, at most BodyMax bytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if err := checkContentType(r); err != nil {
+		return nil, err
+	}
 	// MaxBytesReader also tells the server to close the connection after
 	// the answer, so the rest of an oversized body is never read.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, BodyMax))
@@ -37,6 +41,27 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		return nil, &outbox.Error{Code: outbox.CodeInvalidJSON, Message: "error reading request body: " + err.Error()}
 	}
 	return body, nil
+}
+
+// CodeUnsupportedMediaType is the code of a write whose body is declared as
+// something other than JSON (415).
+const CodeUnsupportedMediaType = "unsupported_media_type"
+
+// checkContentType refuses a body declared as anything but JSON
+// (application/json, or a +json type): an HTML form or a text/plain fetch
+// from a browser page must not pass for an API call. A request without a
+// Content-Type is read as JSON, as most HTTP clients send one only when told.
+func checkContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMediaType, field: "Content-Type",
+		message: "the body must be JSON, sent with Content-Type: application/json"}
 }
 
 // decodeStrict decodes body, a single JSON object, into v, a pointer to a

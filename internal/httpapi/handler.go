@@ -273,6 +273,8 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Every answer is JSON: a browser must never sniff one into HTML.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	h.handler.ServeHTTP(w, r)
 }
 

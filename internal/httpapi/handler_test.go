@@ -210,6 +210,37 @@ func TestEnqueue(t *testing.T) {
 		require.Equal(t, 2, bundle.countIntents(t))
 	})
 
+	// A body declared as anything but JSON is refused before it is read:
+	// a browser's form or text/plain fetch cannot pass for an API call.
+	t.Run("ContentType", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		body := `{"effect": "noop", "args": {}}`
+		post := func(path, contentType string) *response {
+			header := map[string]string{"Idempotency-Key": "ct"}
+			if contentType != "" {
+				header["Content-Type"] = contentType
+			}
+			return bundle.do(t, request{method: http.MethodPost, path: path, token: tokenAlpha, header: header, body: body})
+		}
+		for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain;charset=UTF-8", "multipart/form-data; boundary=x", "application/jsonx", "bogus"} {
+			for _, path := range []string{"/v1/intents", "/v1/intents/ct/cancel", "/v1/intents/ct/resolve"} {
+				resp := post(path, ct)
+				require.Equal(t, http.StatusUnsupportedMediaType, resp.status, "%s %s", path, ct)
+				require.Equal(t, httpapi.CodeUnsupportedMediaType, resp.errorCode(t))
+				require.Equal(t, "Content-Type", resp.field(t))
+				require.Equal(t, "nosniff", resp.header.Get("X-Content-Type-Options"))
+			}
+		}
+		require.Equal(t, 0, bundle.countIntents(t))
+		for i, ct := range []string{"application/json; charset=utf-8", "application/merge-patch+json", ""} {
+			resp := post("/v1/intents", ct)
+			require.Contains(t, []int{http.StatusCreated, http.StatusOK}, resp.status, "%d %s: %s", i, ct, resp.body)
+			require.Equal(t, "nosniff", resp.header.Get("X-Content-Type-Options"))
+		}
+		require.Equal(t, 1, bundle.countIntents(t))
+	})
+
 	t.Run("NewThenDuplicate", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, nil)
