@@ -35,6 +35,8 @@ func checkAPIAuth(cfg *Config) error {
 					"), and serve listens beyond loopback: set tokens of your own"}
 			}
 		}
+	}
+	if !loopbackListenAddr(uiAddr(cfg)) {
 		if cfg.UIPassword != "" && placeholder(cfg.UIPassword) {
 			return &ConfigError{Var: "OUTBOX_UI_PASSWORD", Message: "is a placeholder (the compose file's example), and serve listens beyond loopback: set a password of your own"}
 		}
@@ -58,12 +60,24 @@ func checkUIAuth(cfg *Config) error {
 		return &ConfigError{Var: "OUTBOX_UI_PASSWORD", Message: "not set; expected " + fieldTag("UIPassword", "expect") + ", required when OUTBOX_UI_USER is set"}
 	case cfg.UIUser == "" && cfg.UIPassword != "":
 		return &ConfigError{Var: "OUTBOX_UI_USER", Message: "not set; expected " + fieldTag("UIUser", "expect") + ", required when OUTBOX_UI_PASSWORD is set"}
-	case cfg.UIUser == "" && !loopbackListenAddr(cfg.HTTPAddr):
-		return &ConfigError{Var: "OUTBOX_HTTP_ADDR", Message: fmt.Sprintf(
+	case cfg.UIUser == "" && !loopbackListenAddr(uiAddr(cfg)):
+		variable := "OUTBOX_HTTP_ADDR"
+		if cfg.AdminAddr != "" {
+			variable = "OUTBOX_ADMIN_ADDR"
+		}
+		return &ConfigError{Var: variable, Message: fmt.Sprintf(
 			"%q is not a loopback address, and OUTBOX_UI_USER and OUTBOX_UI_PASSWORD are empty: without them River UI is served only on loopback "+
-				"(such as 127.0.0.1:8080); set both to listen on %s", cfg.HTTPAddr, cfg.HTTPAddr)}
+				"(such as 127.0.0.1:8080); set both to listen on %s", uiAddr(cfg), uiAddr(cfg))}
 	}
 	return nil
+}
+
+// uiAddr is where River UI is served: the admin listener when there is one.
+func uiAddr(cfg *Config) string {
+	if cfg.AdminAddr != "" {
+		return cfg.AdminAddr
+	}
+	return cfg.HTTPAddr
 }
 
 // loopbackListenAddr reports whether a listen address binds loopback only:

@@ -32,6 +32,11 @@ import (
 // A variable set to the empty string counts as unset, so that OUTBOX_SCHEMA=
 // means the default rather than an invalid schema.
 type Config struct {
+	// AdminAddr, when set, is a second listen address for /healthz,
+	// /readyz, /metrics and River UI, which OUTBOX_HTTP_ADDR then no longer
+	// serves. Defaults to none: one listener serves everything.
+	AdminAddr string `env:"OUTBOX_ADMIN_ADDR" expect:"a listen address host:port such as 127.0.0.1:9090" help:"separate listener for /metrics, /riverui/ and the health endpoints; OUTBOX_HTTP_ADDR then serves only /v1/ and /mcp"`
+
 	// AllowNoAuth lets serve run without API tokens, on a loopback address
 	// only, acting as namespace default with the operator role. Defaults
 	// to false: without tokens, serve refuses to start.
@@ -135,6 +140,14 @@ type Config struct {
 
 	// StripeURL is Stripe's API. Defaults to https://api.stripe.com.
 	StripeURL string `env:"OUTBOX_STRIPE_URL, default=https://api.stripe.com" expect:"an http or https URL such as https://api.stripe.com" help:"Stripe API base URL (stripe-mock or a sandbox in tests)"`
+
+	// TLSCertFile and TLSKeyFile make OUTBOX_HTTP_ADDR serve TLS: a PEM
+	// certificate (with its chain) and its key. Both or neither. Defaults
+	// to none: plain HTTP, for a reverse proxy that terminates TLS.
+	TLSCertFile string `env:"OUTBOX_TLS_CERT_FILE" expect:"the path of a readable PEM certificate file" help:"serve TLS on OUTBOX_HTTP_ADDR with this certificate (with OUTBOX_TLS_KEY_FILE)"`
+
+	// TLSKeyFile is the key of TLSCertFile.
+	TLSKeyFile string `env:"OUTBOX_TLS_KEY_FILE" secret:"true" expect:"the path of a readable PEM key file" help:"the key of OUTBOX_TLS_CERT_FILE"`
 
 	// UIPassword is River UI's basic auth password, required with UIUser.
 	// Defaults to none.
@@ -258,6 +271,9 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"DatabaseURL", c.DatabaseURL == "" || validDatabaseURL(c.DatabaseURL)},
 		{"EffectTimeout", c.EffectTimeout > 0},
 		{"HTTPAddr", validAddr(c.HTTPAddr)},
+		{"AdminAddr", c.AdminAddr == "" || validAddr(c.AdminAddr)},
+		{"TLSCertFile", c.TLSCertFile == "" || readableFile(c.TLSCertFile)},
+		{"TLSKeyFile", c.TLSKeyFile == "" || readableFile(c.TLSKeyFile)},
 		{"LogFormat", c.LogFormat == "text" || c.LogFormat == "json"},
 		{"MaxWaits", c.MaxWaits >= 1 && c.MaxWaits <= 100000},
 		{"ModelKeyGuard", c.ModelKeyGuard == "refuse" || c.ModelKeyGuard == "replay" || c.ModelKeyGuard == "off"},
@@ -293,6 +309,8 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		ok           bool
 	}{
 		{"SMTPFrom", "SMTPAddr", c.SMTPAddr == "" || c.SMTPFrom != ""},
+		{"TLSKeyFile", "TLSCertFile", c.TLSCertFile == "" || c.TLSKeyFile != ""},
+		{"TLSCertFile", "TLSKeyFile", c.TLSKeyFile == "" || c.TLSCertFile != ""},
 		{"WebhookSecret", "Webhooks", c.Webhooks == "" || c.WebhookSecret != ""},
 		{"ZendeskEmail", "ZendeskURL", c.ZendeskURL == "" || c.ZendeskEmail != ""},
 		{"ZendeskToken", "ZendeskURL", c.ZendeskURL == "" || c.ZendeskToken != ""},
@@ -396,6 +414,17 @@ func validRateLimit(s string) bool {
 func (c *Config) RateLimitValue() httpapi.RateLimit {
 	l, _ := httpapi.ParseRateLimit(c.RateLimit)
 	return l
+}
+
+// readableFile reports whether path names a file this process can read.
+func readableFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	return err == nil && info.Mode().IsRegular()
 }
 
 func validAddr(addr string) bool {

@@ -105,7 +105,11 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger.InfoContext(ctx, "outboxd serving", "addr", d.Addr())
+	if d.AdminAddr() != "" {
+		logger.InfoContext(ctx, "outboxd serving", "addr", d.Addr(), "admin_addr", d.AdminAddr(), "tls", cfg.TLSCertFile != "")
+	} else {
+		logger.InfoContext(ctx, "outboxd serving", "addr", d.Addr(), "tls", cfg.TLSCertFile != "")
+	}
 
 	var runErr error
 	select {
@@ -129,6 +133,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
 		APITokens:            cfg.Tokens(),
+		AdminAddr:            cfg.AdminAddr,
 		AutoKeyWindow:        cfg.AutoKeyWindow,
 		EffectTimeout:        cfg.EffectTimeout,
 		Effects:              registry,
@@ -142,6 +147,8 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		ReconcileInterval:    cfg.ReconcileInterval,
 		Retention:            cfg.Retention,
 		Schema:               cfg.Schema,
+		TLSCertFile:          cfg.TLSCertFile,
+		TLSKeyFile:           cfg.TLSKeyFile,
 		UIPassword:           cfg.UIPassword,
 		UIUser:               cfg.UIUser,
 		Version:              version(),

@@ -28,6 +28,8 @@ type logWriter struct {
 	buf     bytes.Buffer
 	partial []byte
 	serving chan string
+	// adminAddr is the serving line's admin_addr, if any.
+	adminAddr string
 }
 
 func newLogWriter() *logWriter { return &logWriter{serving: make(chan string, 1)} }
@@ -43,15 +45,24 @@ func (w *logWriter) Write(p []byte) (int, error) {
 			break
 		}
 		var line struct {
-			Msg  string `json:"msg"`
-			Addr string `json:"addr"`
+			Msg       string `json:"msg"`
+			Addr      string `json:"addr"`
+			AdminAddr string `json:"admin_addr"`
 		}
 		if json.Unmarshal(w.partial[:i], &line) == nil && line.Msg == "outboxd serving" {
+			w.adminAddr = line.AdminAddr
 			w.serving <- line.Addr
 		}
 		w.partial = w.partial[i+1:]
 	}
 	return len(p), nil
+}
+
+// AdminAddr is the admin listener's address, once serving.
+func (w *logWriter) AdminAddr() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.adminAddr
 }
 
 func (w *logWriter) String() string {

@@ -9,6 +9,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,6 +70,15 @@ type Config struct {
 	// Required.
 	HTTPAddr string
 
+	// AdminAddr, when set, is a second listener for the operators' paths
+	// (/healthz, /readyz, /metrics, River UI), which HTTPAddr then no
+	// longer serves: the public port carries only /v1/ and /mcp.
+	AdminAddr string
+
+	// TLSCertFile and TLSKeyFile, when set, make HTTPAddr serve TLS with
+	// this certificate (PEM, with its chain) and key. Both or neither.
+	TLSCertFile, TLSKeyFile string
+
 	// Logger receives every component's logs. Defaults to a logger that
 	// discards.
 	Logger *slog.Logger
@@ -121,10 +131,10 @@ type Daemon struct {
 	Dispatcher *dispatcher.Dispatcher
 
 	addr          string
+	adminAddr     string
 	effectTimeout time.Duration
 	logger        *slog.Logger
 	metrics       *serveMetrics
-	server        *http.Server
 	serveErr      chan error
 	// stops stop what was started, run last first.
 	stops []func(ctx context.Context) error
@@ -208,17 +218,42 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	}
 	d.stops = append(d.stops, func(context.Context) error { stopUI(); return nil })
 
-	// Listen before starting the dispatcher, so that a taken port fails the
-	// start before any intent is picked up.
+	// Listen before starting the dispatcher, so that a taken port or a bad
+	// certificate fails the start before any intent is picked up.
+	var tlsConfig *tls.Config
+	if c.TLSCertFile != "" || c.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("error loading the TLS certificate and key: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", c.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("error listening on %s: %w", c.HTTPAddr, err)
+	}
+	if tlsConfig != nil {
+		listener = tls.NewListener(listener, tlsConfig)
+	}
+	listeners := []net.Listener{listener}
+	var adminListener net.Listener
+	if c.AdminAddr != "" {
+		if adminListener, err = (&net.ListenConfig{}).Listen(ctx, "tcp", c.AdminAddr); err != nil {
+			listener.Close() //nolint:errcheck // failing anyway
+			return nil, fmt.Errorf("error listening on %s: %w", c.AdminAddr, err)
+		}
+		listeners = append(listeners, adminListener)
+	}
+	closeListeners := func() {
+		for _, l := range listeners {
+			l.Close() //nolint:errcheck // failing anyway
+		}
 	}
 	// River stops abruptly, cancelling running attempts, when the context
 	// given to Start ends. A signal must stop it gracefully, through Stop,
 	// so Start gets a context that the caller's cancellation does not end.
 	if err := d.Dispatcher.Start(context.WithoutCancel(ctx)); err != nil {
-		listener.Close() //nolint:errcheck // failing anyway
+		closeListeners()
 		return nil, err
 	}
 	d.stops = append(d.stops, func(ctx context.Context) error {
@@ -232,35 +267,58 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		return nil
 	})
 
-	d.server = &http.Server{
-		ErrorLog: slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
-		Handler: newHTTPHandler(&httpHandlerConfig{
-			API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Logger: c.Logger,
-			Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.UIPassword, UIUser: c.UIUser,
-		}),
+	handlerConfig := &httpHandlerConfig{
+		API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Logger: c.Logger,
+		Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.UIPassword, UIUser: c.UIUser,
+	}
+	publicParts := partsAll
+	if adminListener != nil {
+		publicParts = partsPublic
+	}
+	d.serve(c.Logger, listener, newHTTPHandler(handlerConfig, publicParts))
+	if adminListener != nil {
+		d.serve(c.Logger, adminListener, newHTTPHandler(handlerConfig, partsAdmin))
+		d.adminAddr = adminListener.Addr().String()
+	}
+	d.addr = listener.Addr().String()
+	return d, nil
+}
+
+// serve serves handler on listener until Stop. HTTP stops before what was
+// started earlier, so that no request starts work the dispatcher would no
+// longer carry out.
+func (d *Daemon) serve(logger *slog.Logger, listener net.Listener, handler http.Handler) {
+	server := &http.Server{
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		Handler:           handler,
 		IdleTimeout:       HTTPIdleTimeout,
 		ReadHeaderTimeout: HTTPReadHeaderTimeout,
 		ReadTimeout:       HTTPReadTimeout,
 		WriteTimeout:      HTTPWriteTimeout,
 	}
-	go func() { d.serveErr <- d.server.Serve(listener) }()
-	// HTTP stops first, so that no request starts work the dispatcher would
-	// no longer carry out.
+	go func() {
+		err := server.Serve(listener)
+		select {
+		case d.serveErr <- err:
+		default: // the other listener's error is reported already
+		}
+	}()
 	d.stops = append(d.stops, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, HTTPShutdownTimeout)
 		defer cancel()
-		if err := d.server.Shutdown(ctx); err != nil {
+		if err := server.Shutdown(ctx); err != nil {
 			d.logger.WarnContext(ctx, "HTTP requests still running at shutdown; closing them", "error", err)
-			d.server.Close() //nolint:errcheck // closing anyway
+			server.Close() //nolint:errcheck // closing anyway
 		}
 		return nil
 	})
-	d.addr = listener.Addr().String()
-	return d, nil
 }
 
 // Addr is the address the HTTP server listens on.
 func (d *Daemon) Addr() string { return d.addr }
+
+// AdminAddr is the admin listener's address, or "" without one.
+func (d *Daemon) AdminAddr() string { return d.adminAddr }
 
 // ServeErr receives the HTTP server's error if it stops serving by itself.
 func (d *Daemon) ServeErr() <-chan error { return d.serveErr }

@@ -48,22 +48,42 @@ type httpHandlerConfig struct {
 	UIPassword, UIUser string
 }
 
-// newHTTPHandler returns serve's HTTP handler: /healthz, /metrics, River UI
-// and the API's paths.
-func newHTTPHandler(config *httpHandlerConfig) http.Handler {
+// httpParts says which paths a listener serves.
+type httpParts int
+
+const (
+	// partsAll is everything on one listener.
+	partsAll httpParts = iota
+	// partsPublic is the agents' paths only: /v1/ and /mcp.
+	partsPublic
+	// partsAdmin is the operators' paths: /healthz, /readyz, /metrics and
+	// River UI.
+	partsAdmin
+)
+
+// newHTTPHandler returns serve's HTTP handler for parts: /healthz,
+// /metrics, River UI and the API's paths, or the public or admin share of
+// them when OUTBOX_ADMIN_ADDR splits them over two listeners.
+func newHTTPHandler(config *httpHandlerConfig, parts httpParts) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// Alive is all this says; the database is not asked (/readyz does).
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(config.Metrics, promhttp.HandlerOpts{}))
-	if config.API != nil {
+	public, admin := parts != partsAdmin, parts != partsPublic
+	if admin {
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			// Alive is all this says; the database is not asked (/readyz
+			// does).
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		})
+		mux.Handle("GET /metrics", promhttp.HandlerFor(config.Metrics, promhttp.HandlerOpts{}))
+	}
+	if config.API != nil && public {
 		mux.Handle("/v1/", config.API)
 		mux.Handle("/mcp", config.API)
+	}
+	if config.API != nil && admin {
 		mux.Handle("/readyz", config.API)
 	}
-	if config.RiverUI != nil {
+	if config.RiverUI != nil && admin {
 		// The mux redirects /riverui to /riverui/; River UI strips the
 		// prefix itself.
 		logger := config.Logger
