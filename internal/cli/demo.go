@@ -156,8 +156,7 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 		env.stops = append(env.stops, func() { _ = cluster.Stop(context.Background()) })
 		cfg.DatabaseURL = cluster.URL()
 		cfg.Schema = outbox.SchemaDefault
-		u, _ := url.Parse(cluster.URL())
-		dbLine = "a throwaway PostgreSQL on " + u.Host + ", removed on exit"
+		dbLine = "a throwaway PostgreSQL on a Unix socket in " + cluster.SocketDir() + " (no TCP listener), removed on exit"
 	}
 
 	pool, err := connect(ctx, cfg, 20)

@@ -29,7 +29,7 @@ func TestDemo(t *testing.T) {
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, stderr.String())
 	t.Logf("demo took %s", time.Since(start).Round(time.Millisecond))
 
-	require.Contains(t, out, "a throwaway PostgreSQL on 127.0.0.1:")
+	require.Contains(t, out, "a throwaway PostgreSQL on a Unix socket in ")
 	require.Contains(t, out, "... with outbox: the tool records an intent") // the progress line
 	// The side-by-side table: two charges without outbox, one with it, and
 	// the retries answered as duplicates.

@@ -1,9 +1,12 @@
 // Package pgcluster starts throwaway PostgreSQL clusters for tests.
 //
 // A cluster lives in a fresh temporary directory: its data directory, server
-// log, and Unix socket are all inside it, and it listens on a free TCP port on
-// 127.0.0.1, so it never collides with a system cluster or with other
-// throwaway clusters. It's tuned for speed rather than durability (fsync is
+// log, and Unix socket are all inside it. It listens on that socket only, with
+// no TCP listener at all: it runs with trust authentication and a superuser,
+// and the directory's 0700 mode is what keeps other local users out (over
+// TCP, any of them could connect and run COPY ... TO PROGRAM as the user who
+// started it). A directory of its own also means it never collides with a
+// system cluster or with other throwaway clusters. It's tuned for speed rather than durability (fsync is
 // off) and is deleted entirely by Stop.
 //
 // PostgreSQL refuses to run as root, so when the current process is root the
@@ -26,7 +29,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -50,11 +53,6 @@ const (
 	// logTailBytes is how much of the end of the server log is included in
 	// errors when the server fails to start.
 	logTailBytes = 4096
-
-	// startAttempts is how many times Start tries to bring up the server. A
-	// port is picked by briefly listening on it, so another process can grab
-	// it before the server binds it; in that case Start tries a new port.
-	startAttempts = 3
 
 	// stopTimeout bounds a graceful stop with pg_ctl before the server is
 	// killed outright.
@@ -190,20 +188,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	c.logger.DebugContext(ctx, "pgcluster: initialized data directory", "data_dir", c.dataDir, "duration", time.Since(initStart))
 
-	for attempt := 1; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-
-		err = c.startServer(ctx, port)
-		if err == nil {
-			break
-		}
-		if attempt < startAttempts && strings.Contains(err.Error(), "Address already in use") {
-			c.logger.DebugContext(ctx, "pgcluster: port taken before server could bind it; retrying", "port", port)
-			continue
-		}
+	if err := c.startServer(ctx, socketPort); err != nil {
 		return err
 	}
 
@@ -227,7 +212,9 @@ func (c *Cluster) startServer(ctx context.Context, port int) error {
 	}
 	serverOptions := strings.Join([]string{
 		"-p", strconv.Itoa(port),
-		"-h", "127.0.0.1",
+		// No TCP listener: the socket in the cluster's 0700 directory is
+		// the only way in (see the package documentation).
+		"-h", "''",
 		// The Unix socket goes in the cluster's own directory instead of
 		// the default /var/run/postgresql, where it could collide with a
 		// system cluster's or need privileges to create.
@@ -258,15 +245,28 @@ func (c *Cluster) startServer(ctx context.Context, port int) error {
 		return fmt.Errorf("error starting postgres: %w\n%s\n%s", err, bytes.TrimSpace(output), c.logTail())
 	}
 
-	c.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	c.url = (&url.URL{
+		Scheme:   "postgres",
+		User:     url.User("postgres"),
+		Path:     "/postgres",
+		RawQuery: url.Values{"host": {c.dir}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}.Encode(),
+	}).String()
 	return nil
 }
 
 // URL returns a URL for connecting to the cluster's "postgres" database as the
-// "postgres" superuser, like
-// "postgres://postgres@127.0.0.1:54321/postgres?sslmode=disable". No password
-// is needed.
+// "postgres" superuser through its Unix socket, like
+// "postgres://postgres@/postgres?host=%2Ftmp%2Fpgcluster-123&port=5432&sslmode=disable".
+// No password is needed; only the user who started the cluster (and root)
+// can reach the socket.
 func (c *Cluster) URL() string { return c.url }
+
+// SocketDir returns the directory that holds the cluster's Unix socket.
+func (c *Cluster) SocketDir() string { return c.dir }
+
+// socketPort names the socket file (.s.PGSQL.5432): with a directory of its
+// own, any fixed number does, and none is ever bound on TCP.
+const socketPort = 5432
 
 // Stop shuts down the server immediately (without a checkpoint, as nothing in
 // the cluster needs to survive) and removes the cluster's directory. It's safe
@@ -648,17 +648,6 @@ func checkConnection(ctx context.Context, url string) error {
 
 	var one int
 	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
-
-// freePort returns a TCP port on 127.0.0.1 that's free right now. It's only a
-// good guess: something else can take the port before the server binds it.
-func freePort() (int, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("error finding free port: %w", err)
-	}
-	defer listener.Close()
-	return listener.Addr().(*net.TCPAddr).Port, nil
 }
 
 // logTail returns the end of the server log, for error messages.

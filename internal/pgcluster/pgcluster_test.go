@@ -40,16 +40,12 @@ func requireStopped(t *testing.T, cluster *Cluster) {
 	_, err := os.Stat(cluster.dir)
 	require.ErrorIs(t, err, fs.ErrNotExist)
 
-	config, err := pgx.ParseConfig(cluster.URL())
-	require.NoError(t, err)
-	conn, err := net.DialTimeout("tcp", net.JoinHostPort(config.Host, itoa(config.Port)), time.Second)
+	conn, err := net.DialTimeout("unix", filepath.Join(cluster.SocketDir(), ".s.PGSQL.5432"), time.Second)
 	if err == nil {
 		conn.Close()
 	}
-	require.Error(t, err, "expected port to refuse connections after Stop")
+	require.Error(t, err, "expected the socket to refuse connections after Stop")
 }
-
-func itoa(port uint16) string { return (&net.TCPAddr{Port: int(port)}).String()[1:] }
 
 func TestCluster(t *testing.T) {
 	t.Parallel()
@@ -60,10 +56,19 @@ func TestCluster(t *testing.T) {
 		t.Parallel()
 
 		cluster := startCluster(ctx, t)
-		require.Regexp(t, `^postgres://postgres@127\.0\.0\.1:\d+/postgres\?sslmode=disable$`, cluster.URL())
+		require.Regexp(t, `^postgres://postgres@/postgres\?host=%2F[^&]+&port=5432&sslmode=disable$`, cluster.URL())
 
 		conn, err := pgx.Connect(ctx, cluster.URL())
 		require.NoError(t, err)
+
+		// The socket is the only way in: no TCP listener at all, and a
+		// directory no other user can enter.
+		var listen string
+		require.NoError(t, conn.QueryRow(ctx, "SHOW listen_addresses").Scan(&listen))
+		require.Empty(t, listen)
+		info, err := os.Stat(cluster.SocketDir())
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o700), info.Mode().Perm())
 
 		var one int
 		require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
