@@ -3,6 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-dev/outbox/outbox"
 
 	"github.com/outbox-dev/outbox/migrations"
 )
@@ -10,7 +15,7 @@ import (
 var (
 	cmdMigrate = &command{
 		name: "migrate",
-		args: "up|down|status",
+		args: "up|down|status|print-grants",
 		doc: `Applies, reverts or inspects the migrations of OUTBOX_SCHEMA: River's, then
 outbox's own, under an advisory lock so that replicas starting together apply
 each one once.
@@ -19,7 +24,19 @@ Subcommands:
   up       apply every pending migration
   down     revert the newest outbox migration (--all: everything, River's too)
   status   print the applied and known versions, and "up to date" or
-           "pending migrations" (exit code 0 either way)`,
+           "pending migrations" (exit code 0 either way)
+  print-grants ROLE [NAMESPACE...]
+           print the SQL that lets ROLE enqueue through the SQL functions`,
+	}
+	cmdMigratePrintGrants = &command{
+		name: "migrate print-grants",
+		args: "ROLE [NAMESPACE...]",
+		doc: `Prints the SQL that lets ROLE enqueue through outbox's SQL functions (enqueue,
+outbox_enqueue_many) in the given namespaces, or in every namespace without
+any: USAGE on the schema, EXECUTE on the functions, and its rows in
+outbox_namespace_grant. The functions run as their owner, so ROLE gets no
+right on the intent table itself: it can neither read intents nor write them.
+Run the output as the schema's owner. It connects to no database.`,
 	}
 	cmdMigrateUp = &command{
 		name: "migrate up",
@@ -45,9 +62,10 @@ when the state cannot be read.`,
 
 func (a *app) migrate(ctx context.Context, args []string) error {
 	return a.subcommand(ctx, cmdMigrate, args, map[string]func(context.Context, []string) error{
-		"down":   a.migrateDown,
-		"status": a.migrateStatus,
-		"up":     a.migrateUp,
+		"down":         a.migrateDown,
+		"print-grants": a.migratePrintGrants,
+		"status":       a.migrateStatus,
+		"up":           a.migrateUp,
 	})
 }
 
@@ -153,3 +171,47 @@ func (a *app) migrateStatus(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+func (a *app) migratePrintGrants(ctx context.Context, args []string) error {
+	positional, err := a.parse(cmdMigratePrintGrants, newFlagSet(cmdMigratePrintGrants), args, 1, -1)
+	if err != nil {
+		return err
+	}
+	cfg, err := a.config(ctx)
+	if err != nil {
+		return err
+	}
+	role, namespaces := positional[0], positional[1:]
+	if role == "" || len(role) > 63 {
+		return &usageError{cmd: cmdMigratePrintGrants.name, msg: "ROLE must be a role name of 1 to 63 bytes"}
+	}
+	for _, ns := range namespaces {
+		if err := outbox.ValidateNamespace(ns); err != nil {
+			return &usageError{cmd: cmdMigratePrintGrants.name, msg: fmt.Sprintf("namespace %q: %s", ns, err)}
+		}
+	}
+	_, err = fmt.Fprint(a.stdout, grantsSQL(cfg.Schema, role, namespaces))
+	return err
+}
+
+// grantsSQL is migrate print-grants' output (docs/operations.md, "Database
+// roles").
+func grantsSQL(schema, role string, namespaces []string) string {
+	s, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- Lets %s enqueue through outbox's SQL functions in schema %s; run as the schema's owner.\n", r, s)
+	fmt.Fprintf(&b, "GRANT USAGE ON SCHEMA %s TO %s;\n", s, r)
+	fmt.Fprintf(&b, "GRANT EXECUTE ON FUNCTION %s.enqueue(text, text, text, jsonb, text), "+
+		"%s.outbox_enqueue_many(text[], text[], text[], jsonb[], text[], text[]) TO %s;\n", s, s, r)
+	if len(namespaces) == 0 {
+		namespaces = []string{"*"}
+	}
+	for _, ns := range namespaces {
+		fmt.Fprintf(&b, "INSERT INTO %s.outbox_namespace_grant (role_name, namespace) VALUES (%s, %s) ON CONFLICT DO NOTHING;\n",
+			s, sqlLiteral(role), sqlLiteral(ns))
+	}
+	return b.String()
+}
+
+// sqlLiteral quotes s as an SQL string literal.
+func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
