@@ -3,6 +3,7 @@ package effects
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Class is what an effect's error says about the provider's side.
@@ -33,6 +34,11 @@ type Error struct {
 	// Err is the underlying error; its message is stored in the intent, so it
 	// must not contain secrets.
 	Err error
+	// RetryAfter, on a not-sent error, is how long the provider asked to be
+	// left alone (its Retry-After): the worker then waits that long (capped)
+	// without spending an attempt, instead of River's backoff. Zero means
+	// the provider did not say.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -47,6 +53,21 @@ func (e *Error) Unwrap() error { return e.Err }
 // NotSent classifies err as "nothing reached the provider".
 func NotSent(code string, err error) error {
 	return &Error{Class: ClassNotSent, Code: code, Err: err}
+}
+
+// NotSentRetryAfter classifies err as "nothing reached the provider", which
+// asked to be called again after d (a 429 or 503 with Retry-After).
+func NotSentRetryAfter(code string, err error, d time.Duration) error {
+	return &Error{Class: ClassNotSent, Code: code, Err: err, RetryAfter: d}
+}
+
+// RetryAfterOf returns the wait a not-sent error asked for, or zero.
+func RetryAfterOf(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) && e.Class == ClassNotSent && e.RetryAfter > 0 {
+		return e.RetryAfter
+	}
+	return 0
 }
 
 // Permanent classifies err as a definitive refusal with code.

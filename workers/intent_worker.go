@@ -34,6 +34,11 @@ const (
 	MaxAttemptsDefault   = 25
 )
 
+// RetryAfterMax caps how long an attempt honours a provider's Retry-After:
+// a provider that asks for an hour is asked again after this, with no
+// attempt spent.
+const RetryAfterMax = 10 * time.Minute
+
 // MaxAttemptsMargin is how many River attempts a job has beyond the outbox's
 // own limit. The worker itself decides what exhaustion means (failed or
 // unknown); the margin guarantees it gets to run once more after a crash on
@@ -236,6 +241,18 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 	var retryErr error
 	if d.Retry {
 		retryErr = err
+	}
+	if wait := effects.RetryAfterOf(err); wait > 0 && d.Retry && d.State == outbox.StatePending && !sit.Last {
+		// The provider did not take the request and said when to come
+		// back (a 429 or 503 with Retry-After): wait that long rather than
+		// River's backoff, without spending an attempt. A snooze rewinds
+		// the job's attempt counter, so the attempt recorded is the one
+		// before: the next run, under the same number as this one, then
+		// reads as the attempt after the last recorded, and an attempt that
+		// dies mid-call after the snooze is still seen as lost (and bars a
+		// cancel).
+		c.jobAttempt = job.Attempt - 1
+		retryErr = river.JobSnooze(min(wait, RetryAfterMax))
 	}
 	return w.finish(ctx, c, d, err.Error(), nil, retryErr)
 }

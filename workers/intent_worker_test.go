@@ -203,6 +203,60 @@ func TestIntentWorker(t *testing.T) {
 		require.Equal(t, outbox.StateSucceeded, b.get(t, "k").State)
 	})
 
+	// A provider's Retry-After is honoured: the job snoozes that long
+	// (capped), which River does not count as an attempt, and the attempt
+	// recorded is rewound with River's counter, so that an attempt that dies
+	// after the snooze is still seen as lost.
+	t.Run("RetryAfterSnoozes", func(t *testing.T) {
+		t.Parallel()
+		for _, g := range []effects.Guarantee{effects.GuaranteeDeduplicated, effects.GuaranteeAtMostOnce} {
+			b := setup(t, g, &setupOpts{maxAttempts: 2})
+			wait := 45 * time.Second
+			b.effect.execute = func(_ context.Context, req *effects.Request, act func()) (json.RawMessage, error) {
+				if req.Attempt == 1 {
+					return nil, effects.NotSentRetryAfter("rate_limited", errors.New("429 Too Many Requests"), wait)
+				}
+				act()
+				return json.RawMessage(`{}`), nil
+			}
+			intent := b.enqueue(t, "k")
+			var snooze *river.JobSnoozeError
+			require.ErrorAs(t, b.work(intent, 1), &snooze, g)
+			require.Equal(t, wait, snooze.Duration)
+			got := b.get(t, "k")
+			require.Equal(t, outbox.StatePending, got.State)
+			require.Equal(t, "rate_limited", got.Error.Code)
+			var jobAttempt int
+			require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT job_attempt FROM `+
+				pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+` WHERE key = 'k'`).Scan(&jobAttempt))
+			require.Equal(t, 0, jobAttempt, "River rewinds the job to attempt 0")
+
+			// River runs the job again as attempt 1; with maxAttempts 2 it
+			// is not the last, although the outbox counts two attempts.
+			require.NoError(t, b.work(intent, 1), g)
+			got = b.get(t, "k")
+			require.Equal(t, outbox.StateSucceeded, got.State, g)
+			require.Equal(t, 1, b.effect.count(intent.ProviderKey))
+		}
+
+		// An attempt that dies after the snooze is seen as lost.
+		b := setup(t, effects.GuaranteeDeduplicated, &setupOpts{maxAttempts: 5})
+		b.effect.execute = func(context.Context, *effects.Request, func()) (json.RawMessage, error) {
+			return nil, effects.NotSentRetryAfter("rate_limited", errors.New("429"), time.Hour)
+		}
+		intent := b.enqueue(t, "k")
+		var snooze *river.JobSnoozeError
+		require.ErrorAs(t, b.work(intent, 1), &snooze)
+		require.Equal(t, workers.RetryAfterMax, snooze.Duration, "capped")
+		// River's attempt 1 again dies mid-call (never recorded); River
+		// rescues the job as attempt 2.
+		b.effect.execute = nil
+		require.NoError(t, b.work(intent, 2))
+		got := b.get(t, "k")
+		require.Equal(t, outbox.StateSucceeded, got.State)
+		require.Equal(t, 3, got.Attempts, "the snoozed attempt, the lost one, and this one")
+	})
+
 	t.Run("NotSentIsRetriedThenExhaustedFails", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, effects.GuaranteeAtMostOnce, &setupOpts{maxAttempts: 3})

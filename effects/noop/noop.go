@@ -115,6 +115,10 @@ type Control struct {
 	// FailAttempts limits Fail to attempts 1..FailAttempts; 0 means every attempt.
 	FailAttempts int `json:"fail_attempts,omitempty"`
 
+	// RetryAfterSeconds, with Fail "not_sent", is the Retry-After the
+	// failure carries, like a provider's 429.
+	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
+
 	// Hang blocks the attempt until its context ends, "before" or "after" the
 	// effect is recorded.
 	Hang string `json:"hang,omitempty"`
@@ -163,6 +167,9 @@ func parseControl(args json.RawMessage) (*Control, error) {
 		}
 		c.sleep = d
 	}
+	if c.RetryAfterSeconds < 0 {
+		return nil, &effects.ArgError{Field: "_noop.retry_after_seconds", Message: "must be 0 or more"}
+	}
 	if c.FailAttempts < 0 {
 		return nil, &effects.ArgError{Field: "_noop.fail_attempts", Message: "must be 0 or more"}
 	}
@@ -191,7 +198,11 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 
 	if failing && c.Fail != effects.ClassAmbiguous {
 		if c.Fail == effects.ClassNotSent {
-			return nil, effects.NotSent("noop_not_sent", errors.New("noop: told to fail before sending"))
+			err := errors.New("noop: told to fail before sending")
+			if c.RetryAfterSeconds > 0 {
+				return nil, effects.NotSentRetryAfter("noop_not_sent", err, time.Duration(c.RetryAfterSeconds)*time.Second)
+			}
+			return nil, effects.NotSent("noop_not_sent", err)
 		}
 		return nil, effects.Permanent("noop_refused", errors.New("noop: told to refuse"))
 	}

@@ -222,7 +222,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 		return nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, httpsend.StatusError(resp.StatusCode, "zendesk", zendeskDetail(resp.Body))
+		return nil, httpsend.WithRetryAfter(httpsend.StatusError(resp.StatusCode, "zendesk", zendeskDetail(resp.Body)), resp.Header)
 	}
 	var answer struct {
 		Ticket *zendeskTicket `json:"ticket"`

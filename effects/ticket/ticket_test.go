@@ -126,8 +126,10 @@ func TestExecuteAndLookup(t *testing.T) {
 		b.zendesk.Misbehave(sandbox.Fault{Kind: sandbox.FaultTooManyRequests}, sandbox.Fault{Kind: sandbox.FaultUnavailable})
 		_, err := execute(t, b.effect, "obx_t2", 5*time.Second)
 		requireClass(t, err, effects.ClassNotSent, "rate_limited")
+		require.Equal(t, time.Second, effects.RetryAfterOf(err), "Zendesk's Retry-After")
 		_, err = execute(t, b.effect, "obx_t2", 5*time.Second)
 		requireClass(t, err, effects.ClassNotSent, "unavailable")
+		require.Equal(t, time.Second, effects.RetryAfterOf(err), "Zendesk's Retry-After")
 		require.Equal(t, 0, b.zendesk.Effects())
 	})
 

@@ -297,7 +297,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// The receiver's body is not quoted: it is theirs, and may echo
 		// the payload.
-		return nil, httpsend.StatusError(resp.StatusCode, provider, "")
+		return nil, httpsend.WithRetryAfter(httpsend.StatusError(resp.StatusCode, provider, ""), resp.Header)
 	}
 	return json.Marshal(Result{Endpoint: args.Endpoint.Name, Status: resp.StatusCode})
 }

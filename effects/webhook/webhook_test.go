@@ -188,6 +188,7 @@ func TestExecute(t *testing.T) {
 		b.receiver.Misbehave(sandbox.Fault{Kind: sandbox.FaultTooManyRequests}, sandbox.Fault{Kind: sandbox.FaultUnavailable}, sandbox.Fault{Kind: sandbox.FaultReject})
 		_, err := execute(t, b.effect, "obx_w3", "audit", 5*time.Second)
 		requireClass(t, err, effects.ClassNotSent, "rate_limited")
+		require.Equal(t, time.Second, effects.RetryAfterOf(err), "the receiver's Retry-After")
 		_, err = execute(t, b.effect, "obx_w3", "audit", 5*time.Second)
 		requireClass(t, err, effects.ClassNotSent, "unavailable")
 		_, err = execute(t, b.effect, "obx_w3", "audit", 5*time.Second)

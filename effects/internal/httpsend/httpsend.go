@@ -10,7 +10,10 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/outbox-dev/outbox/effects"
 )
@@ -197,6 +200,40 @@ func StatusError(status int, provider, detail string) error {
 		return effects.Ambiguous("provider_error", err)
 	}
 	return effects.Ambiguous("unexpected_status", err)
+}
+
+// WithRetryAfter adds the provider's Retry-After (seconds, or an HTTP date)
+// to a not-sent error of StatusError, so that the worker waits as long as
+// asked without spending an attempt. Other errors, and answers without a
+// usable Retry-After, are returned as they are.
+func WithRetryAfter(err error, header http.Header) error {
+	var e *effects.Error
+	if !errors.As(err, &e) || e.Class != effects.ClassNotSent {
+		return err
+	}
+	d := ParseRetryAfter(header.Get("Retry-After"), time.Now())
+	if d <= 0 {
+		return err
+	}
+	return effects.NotSentRetryAfter(e.Code, e.Err, d)
+}
+
+// ParseRetryAfter reads a Retry-After value: a number of seconds or an HTTP
+// date. It returns zero for an empty, malformed or past value.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		// Bounded before the multiplication can overflow; the worker caps
+		// the wait far lower anyway.
+		return time.Duration(min(max(secs, 0), 86400)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // Truncate shortens a provider's message for an intent's error.

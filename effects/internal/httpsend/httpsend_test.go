@@ -80,3 +80,35 @@ func TestStatusError(t *testing.T) {
 		require.Equal(t, class, got, "status %d", status)
 	}
 }
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"":                              0,
+		"30":                            30 * time.Second,
+		" 5 ":                           5 * time.Second,
+		"0":                             0,
+		"-3":                            0,
+		"99999999999999":                24 * time.Hour,
+		"soon":                          0,
+		"Wed, 02 Dec 2026 12:01:30 GMT": 90 * time.Second,
+		"Wed, 02 Dec 2026 11:00:00 GMT": 0,
+	} {
+		require.Equal(t, want, ParseRetryAfter(in, now), in)
+	}
+
+	header := http.Header{"Retry-After": {"7"}}
+	for status, want := range map[int]time.Duration{
+		http.StatusTooManyRequests:     7 * time.Second,
+		http.StatusServiceUnavailable:  7 * time.Second,
+		http.StatusBadGateway:          0, // ambiguous: the retry follows the guarantee
+		http.StatusUnprocessableEntity: 0,
+	} {
+		err := WithRetryAfter(StatusError(status, "provider", ""), header)
+		require.Equal(t, want, effects.RetryAfterOf(err), status)
+		class, _ := effects.Classify(err)
+		require.Equal(t, status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable, class == effects.ClassNotSent, status)
+	}
+}
