@@ -15,7 +15,7 @@ import (
 var (
 	cmdMigrate = &command{
 		name: "migrate",
-		args: "up|down|status|print-grants",
+		args: "up|down|status|print|print-grants",
 		doc: `Applies, reverts or inspects the migrations of OUTBOX_SCHEMA: River's, then
 outbox's own, under an advisory lock so that replicas starting together apply
 each one once.
@@ -25,8 +25,16 @@ Subcommands:
   down     revert the newest outbox migration (--all: everything, River's too)
   status   print the applied and known versions, and "up to date" or
            "pending migrations" (exit code 0 either way)
+  print    print the SQL of the pending migrations, for your own tool
   print-grants ROLE [NAMESPACE...]
            print the SQL that lets ROLE enqueue through the SQL functions`,
+	}
+	cmdMigratePrint = &command{
+		name: "migrate print",
+		doc: `Prints the SQL that migrate up would run: River's pending migrations, then
+outbox's, each in a transaction with the row that records it, for teams that
+apply migrations with Flyway, Atlas or goose. Applying it has the effect of
+migrate up (without its advisory lock: apply it once). Changes nothing.`,
 	}
 	cmdMigratePrintGrants = &command{
 		name: "migrate print-grants",
@@ -63,6 +71,7 @@ when the state cannot be read.`,
 func (a *app) migrate(ctx context.Context, args []string) error {
 	return a.subcommand(ctx, cmdMigrate, args, map[string]func(context.Context, []string) error{
 		"down":         a.migrateDown,
+		"print":        a.migratePrint,
 		"print-grants": a.migratePrintGrants,
 		"status":       a.migrateStatus,
 		"up":           a.migrateUp,
@@ -170,6 +179,23 @@ func (a *app) migrateStatus(ctx context.Context, args []string) error {
 		fmt.Fprintln(a.stdout, "pending migrations")
 	}
 	return nil
+}
+
+func (a *app) migratePrint(ctx context.Context, args []string) error {
+	if _, err := a.parse(cmdMigratePrint, newFlagSet(cmdMigratePrint), args, 0, 0); err != nil {
+		return err
+	}
+	migrator, done, err := a.migrator(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	sql, err := migrator.PendingSQL(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprint(a.stdout, sql)
+	return err
 }
 
 func (a *app) migratePrintGrants(ctx context.Context, args []string) error {

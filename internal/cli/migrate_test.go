@@ -22,6 +22,37 @@ func TestMigrate(t *testing.T) {
 		require.Contains(t, res.stdout, "\nup to date\n")
 	})
 
+	// migrate print's SQL, applied by another tool, leaves the schema as
+	// migrate up would: current, and working.
+	t.Run("Print", func(t *testing.T) {
+		t.Parallel()
+		schema := testdb.Schema(t)
+		env := map[string]string{"DATABASE_URL": testdb.URL(t), "OUTBOX_SCHEMA": schema, "OUTBOX_SANDBOX": "true"}
+
+		res := runEnv(t, env, nil, "migrate", "print")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Contains(t, res.stdout, "-- river 001 ")
+		require.Contains(t, res.stdout, "-- outbox 005 least_privilege\n")
+		sql := res.stdout
+		// Printing changes nothing.
+		res = runEnv(t, env, nil, "migrate", "status")
+		require.Contains(t, res.stdout, "\npending migrations\n")
+
+		_, err := testdb.Pool(t).Exec(t.Context(), sql)
+		require.NoError(t, err)
+
+		res = runEnv(t, env, nil, "migrate", "status")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Contains(t, res.stdout, "\nup to date\n", res.stdout)
+		res = runEnv(t, env, nil, "migrate", "up")
+		require.Equal(t, "already up to date\n", res.stdout)
+		res = runEnv(t, env, nil, "migrate", "print")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.NotContains(t, res.stdout, "BEGIN;")
+		res = runEnv(t, env, nil, "enqueue", "--key", "printed-1", "--effect", "noop", "--args", "{}")
+		require.Equal(t, 0, res.code, res.stderr)
+	})
+
 	t.Run("UpDownStatus", func(t *testing.T) {
 		t.Parallel()
 		env := map[string]string{"DATABASE_URL": testdb.URL(t), "OUTBOX_SCHEMA": testdb.Schema(t)}
