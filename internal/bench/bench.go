@@ -130,9 +130,11 @@ type riverSystem struct {
 	events <-chan *river.Event
 	cancel func()
 	out    chan int64
+	// opts are each insert's options: unique by args, or none.
+	opts *river.InsertOpts
 }
 
-func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, cfg *Config) (*riverSystem, error) {
+func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, unique bool, cfg *Config) (*riverSystem, error) {
 	ws := river.NewWorkers()
 	river.AddWorker(ws, noopWorker{})
 	rc := riverConfig(schema, cfg.Workers)
@@ -142,6 +144,9 @@ func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, cfg 
 		return nil, err
 	}
 	s := &riverSystem{client: client, pool: pool, out: make(chan int64, 1024)}
+	if unique {
+		s.opts = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
+	}
 	s.events, s.cancel = client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	go func() {
 		defer close(s.out)
@@ -161,9 +166,12 @@ func (s *riverSystem) insert(ctx context.Context, i int) (int64, error) {
 		return 0, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	res, err := s.client.InsertTx(ctx, tx, NoopArgs{N: i}, nil)
+	res, err := s.client.InsertTx(ctx, tx, NoopArgs{N: i}, s.opts)
 	if err != nil {
 		return 0, err
+	}
+	if res.UniqueSkippedAsDuplicate {
+		return 0, fmt.Errorf("bench: job %d was taken for a duplicate", i)
 	}
 	return res.Job.ID, tx.Commit(ctx)
 }
@@ -365,11 +373,16 @@ type Kind struct {
 	// Guarantee selects the outbox noop effect's guarantee; empty means
 	// plain River.
 	Guarantee effects.Guarantee
+	// Unique, for plain River, inserts each job with UniqueOpts{ByArgs}
+	// on the caller's key: the closest a River user gets to
+	// deduplication.
+	Unique bool
 }
 
 // Kinds are the systems Compare measures: the baseline first.
 var Kinds = []Kind{
 	{Name: "river InsertTx"},
+	{Name: "river InsertTx, unique ByArgs", Unique: true},
 	{Name: "outbox noop (deduplicated)", Guarantee: effects.GuaranteeDeduplicated},
 	{Name: "outbox noop_at_most_once", Guarantee: effects.GuaranteeAtMostOnce},
 }
@@ -391,7 +404,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kind Kind, cfg *Config, offere
 
 	var sys system
 	if kind.Guarantee == "" {
-		sys, err = newRiverSystem(ctx, pool, schema, cfg)
+		sys, err = newRiverSystem(ctx, pool, schema, kind.Unique, cfg)
 	} else {
 		sys, err = newOutboxSystem(ctx, pool, schema, "noop", kind.Guarantee, cfg)
 	}
