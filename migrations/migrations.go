@@ -189,13 +189,18 @@ func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(tx p
 	return nil
 }
 
+// migrationTableSQL creates outbox's migration table, which Up and the SQL
+// of PendingSQL both need.
+func (m *Migrator) migrationTableSQL() string {
+	return `CREATE TABLE IF NOT EXISTS ` + pgx.Identifier{m.schema}.Sanitize() + `.outbox_migration (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+}
+
 func (m *Migrator) ensureTable(ctx context.Context, tx pgx.Tx) error {
-	schema := pgx.Identifier{m.schema}.Sanitize()
-	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+schema+`.outbox_migration (
-			version    integer PRIMARY KEY,
-			name       text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now()
-		)`)
+	_, err := tx.Exec(ctx, m.migrationTableSQL())
 	if err != nil {
 		return fmt.Errorf("error creating migration table: %w", err)
 	}
@@ -255,7 +260,7 @@ func (m *Migrator) PendingSQL(ctx context.Context) (string, error) {
 			continue
 		}
 		fmt.Fprintf(&b, "\n-- outbox %03d %s\nBEGIN;\n", mig.Version, mig.Name)
-		fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s.outbox_migration (\n    version    integer PRIMARY KEY,\n    name       text NOT NULL,\n    applied_at timestamptz NOT NULL DEFAULT now()\n);\n", schema)
+		fmt.Fprintf(&b, "%s;\n", m.migrationTableSQL())
 		fmt.Fprintf(&b, "%s\nINSERT INTO %s.outbox_migration (version, name) VALUES (%d, '%s');\nCOMMIT;\n",
 			strings.TrimSpace(intentdb.Render(mig.up, m.schema)), schema, mig.Version, mig.Name)
 	}
