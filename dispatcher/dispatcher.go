@@ -31,6 +31,16 @@ const QueueMaintenance = "outbox_maintenance"
 
 // Config configures a Dispatcher.
 type Config struct {
+	// ApprovalTTL is how long an intent may await approval before it is
+	// cancelled with error approval_expired. Defaults to
+	// workers.ApprovalTTLDefault.
+	ApprovalTTL time.Duration
+
+	// ApprovalWebhook, when set, names an endpoint of the webhook effect
+	// (which must be enabled) that is told of every intent entering
+	// awaiting_approval (workers.ApprovalNoticeWorker). Defaults to none.
+	ApprovalWebhook string
+
 	// DrainBatchSize is how many intents one drain transaction dispatches.
 	// Defaults to DrainBatchSizeDefault.
 	DrainBatchSize int
@@ -110,6 +120,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, errors.New("dispatcher: Effects must be set")
 	}
 	c := *config
+	if c.ApprovalTTL == 0 {
+		c.ApprovalTTL = workers.ApprovalTTLDefault
+	}
 	if c.DrainBatchSize == 0 {
 		c.DrainBatchSize = DrainBatchSizeDefault
 	}
@@ -146,7 +159,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if c.Workers == 0 {
 		c.Workers = WorkersDefault
 	}
-	if c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.MaxAttempts < 0 ||
+	if c.ApprovalTTL < 0 || c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.MaxAttempts < 0 ||
 		c.PruneInterval < 0 || c.ReconcileInterval < 0 || c.Retention < 0 || c.Workers < 0 {
 		return nil, errors.New("dispatcher: durations and sizes must be positive")
 	}
@@ -175,11 +188,12 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	}
 
 	reconciler, err := workers.NewReconcileWorker(pool, &workers.ReconcileWorkerConfig{
-		Effects:  c.Effects,
-		Interval: c.ReconcileInterval,
-		Logger:   c.Logger,
-		Metrics:  c.Metrics,
-		Schema:   c.Schema,
+		ApprovalTTL: c.ApprovalTTL,
+		Effects:     c.Effects,
+		Interval:    c.ReconcileInterval,
+		Logger:      c.Logger,
+		Metrics:     c.Metrics,
+		Schema:      c.Schema,
 	})
 	if err != nil {
 		return nil, err
@@ -194,6 +208,24 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	}
 	if err := river.AddWorkerSafely(riverWorkers, reconciler); err != nil {
 		return nil, err
+	}
+	if c.ApprovalWebhook != "" {
+		webhook, ok := c.Effects.Get("webhook")
+		if !ok {
+			return nil, errors.New("dispatcher: ApprovalWebhook needs the webhook effect enabled")
+		}
+		notice, err := workers.NewApprovalNoticeWorker(pool, &workers.ApprovalNoticeWorkerConfig{
+			Endpoint: c.ApprovalWebhook,
+			Schema:   c.Schema,
+			TTL:      c.ApprovalTTL,
+			Webhook:  webhook,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("dispatcher: %w", err)
+		}
+		if err := river.AddWorkerSafely(riverWorkers, notice); err != nil {
+			return nil, err
+		}
 	}
 	queues := map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}
 	for _, name := range c.Effects.Names() {

@@ -18,14 +18,17 @@ import (
 
 // drainer moves committed pending intents into River jobs.
 type drainer struct {
-	batchSize    int
-	effects      *effects.Registry
-	logger       *slog.Logger
-	maxAttempts  int
-	pollInterval time.Duration
-	pool         *pgxpool.Pool
-	queries      *intentdb.Queries
-	river        *river.Client[pgx.Tx]
+	// approvalWebhook is Config.ApprovalWebhook: when set, each drain also
+	// inserts a notice job for every intent newly awaiting approval.
+	approvalWebhook string
+	batchSize       int
+	effects         *effects.Registry
+	logger          *slog.Logger
+	maxAttempts     int
+	pollInterval    time.Duration
+	pool            *pgxpool.Pool
+	queries         *intentdb.Queries
+	river           *river.Client[pgx.Tx]
 
 	// beforeCommitFunc, when set by tests, runs inside the drain transaction
 	// after the jobs were inserted and the intents marked, before commit.
@@ -34,14 +37,15 @@ type drainer struct {
 
 func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config, maxAttempts int) *drainer {
 	return &drainer{
-		batchSize:    config.DrainBatchSize,
-		effects:      config.Effects,
-		logger:       config.Logger,
-		maxAttempts:  maxAttempts,
-		pollInterval: config.DrainPollInterval,
-		pool:         pool,
-		queries:      intentdb.New(config.Schema),
-		river:        client,
+		approvalWebhook: config.ApprovalWebhook,
+		batchSize:       config.DrainBatchSize,
+		effects:         config.Effects,
+		logger:          config.Logger,
+		maxAttempts:     maxAttempts,
+		pollInterval:    config.DrainPollInterval,
+		pool:            pool,
+		queries:         intentdb.New(config.Schema),
+		river:           client,
 	}
 }
 
@@ -134,16 +138,71 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 	return len(batch), nil
 }
 
-// drainAll drains until a batch comes back short.
+// drainAll drains until a batch comes back short, then announces the
+// intents newly awaiting approval. It returns how many intents it
+// dispatched.
 func (d *drainer) drainAll(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		n, err := d.drainOnce(ctx)
 		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < d.batchSize {
+			break
+		}
+	}
+	if d.approvalWebhook == "" {
+		return total, nil
+	}
+	for {
+		n, err := d.announceOnce(ctx)
 		if err != nil || n < d.batchSize {
 			return total, err
 		}
 	}
+}
+
+// announceOnce inserts a notice job for each of a batch of intents awaiting
+// approval that were not announced yet, and marks them announced in the
+// same transaction, so that each is announced once.
+func (d *drainer) announceOnce(ctx context.Context) (int, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("error beginning announcement: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	rows, err := d.queries.SelectUnannounced(ctx, tx, d.batchSize)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	ids := make([]int64, len(rows))
+	params := make([]river.InsertManyParams, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+		params[i] = river.InsertManyParams{
+			Args: workers.ApprovalNoticeArgs{IntentID: r.ID},
+			InsertOpts: &river.InsertOpts{
+				MaxAttempts: d.maxAttempts,
+				Metadata:    jobMetadata(r.Namespace, r.Effect),
+				// The webhook effect's queue: a slow receiver holds up
+				// webhooks, not the maintenance jobs.
+				Queue: "webhook",
+			},
+		}
+	}
+	if _, err := d.river.InsertManyTx(ctx, tx, params); err != nil {
+		return 0, fmt.Errorf("error inserting approval notices: %w", err)
+	}
+	if err := d.queries.MarkAnnounced(ctx, tx, ids); err != nil {
+		return 0, fmt.Errorf("error marking approvals announced: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("error committing announcement: %w", err)
+	}
+	return len(rows), nil
 }
 
 // run drains whenever woken by an enqueue's notification, and at least every

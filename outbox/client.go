@@ -45,6 +45,11 @@ const (
 
 // Config configures a Client.
 type Config struct {
+	// ApprovalObserverFunc, when set, is called after every approval or
+	// denial this client recorded, with the intent's effect and the
+	// decision (for metrics). Defaults to nil.
+	ApprovalObserverFunc func(effect string, decision ApprovalDecision)
+
 	// EnqueueObserverFunc, when set, is called after every enqueue that
 	// reached the database, with the effect and what the enqueue did (for
 	// metrics). It runs before the caller's transaction commits, so a
@@ -69,6 +74,7 @@ type Config struct {
 
 // Client enqueues, reads and resolves intents. It is safe for concurrent use.
 type Client struct {
+	approved func(effect string, decision ApprovalDecision)
 	notifier *notifier
 	effects  *effects.Registry
 	observer func(effect string, outcome EnqueueOutcome)
@@ -88,6 +94,7 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		config = &Config{}
 	}
 	c := &Client{
+		approved: config.ApprovalObserverFunc,
 		effects:  config.Effects,
 		observer: config.EnqueueObserverFunc,
 		logger:   config.Logger,
@@ -127,6 +134,10 @@ type EnqueueParams struct {
 	Namespace string
 	// RequestedBy optionally names who asked. Defaults to none.
 	RequestedBy string
+	// RequireApproval records the intent as awaiting_approval: nothing runs
+	// until an operator approves it (Approve). Approval rules apply whether
+	// or not it is set; it can only add a brake, never lift one.
+	RequireApproval bool
 }
 
 // EnqueueResult is the answer to an enqueue.
@@ -150,6 +161,8 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 		Key:       p.Key,
 		KeySource: string(p.KeySource),
 		Namespace: p.Namespace,
+
+		RequireApproval: p.RequireApproval,
 	}
 	if out.Namespace == "" {
 		out.Namespace = NamespaceDefault

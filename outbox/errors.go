@@ -8,12 +8,14 @@ import (
 
 // Error codes, as the HTTP API, MCP and the command line report them.
 const (
+	CodeApprovalMismatch      = "approval_mismatch"
 	CodeBodyTooLarge          = "body_too_large"
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
 	CodeIdempotencyKeyMissing = "idempotency_key_required"
 	CodeInvalidArgs           = "invalid_args"
 	CodeInvalidJSON           = "invalid_json"
 	CodeInvalidKey            = "invalid_key"
+	CodeNotAwaitingApproval   = "not_awaiting_approval"
 	CodeNotCancellable        = "not_cancellable"
 	CodeNotFound              = "not_found"
 	CodeNotUnknown            = "not_unknown"
@@ -53,6 +55,9 @@ func (e *Error) Is(target error) bool {
 var (
 	// ErrBodyTooLarge is a request body over the API's limit.
 	ErrBodyTooLarge = &Error{Code: CodeBodyTooLarge}
+	// ErrApprovalMismatch is an approval or denial that names arguments
+	// (their args_sha256) other than the intent's.
+	ErrApprovalMismatch = &Error{Code: CodeApprovalMismatch}
 	// ErrKeyReused is a key already used for another action (other effect or
 	// other args). Errors carrying it are *KeyReusedError.
 	ErrKeyReused = &Error{Code: CodeIdempotencyKeyReused}
@@ -68,6 +73,9 @@ var (
 	// ErrNotCancellable is a cancel of an intent that is no longer pending, or
 	// whose earlier attempt may have reached the provider.
 	ErrNotCancellable = &Error{Code: CodeNotCancellable}
+	// ErrNotAwaitingApproval is an approval or denial of an intent that does
+	// not await approval.
+	ErrNotAwaitingApproval = &Error{Code: CodeNotAwaitingApproval}
 	// ErrNotFound is a key with no intent in the namespace.
 	ErrNotFound = &Error{Code: CodeNotFound}
 	// ErrNotUnknown is a resolve of an intent that is not unknown.

@@ -1,9 +1,12 @@
 package outbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 
+	"github.com/outbox-dev/outbox/internal/autokey"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
@@ -11,6 +14,10 @@ import (
 type State string
 
 const (
+	// StateAwaitingApproval means an approval rule matched, or the caller
+	// asked for approval: the intent has no River job until an operator
+	// approves it (Client.Approve) with its ArgsSHA256.
+	StateAwaitingApproval State = "awaiting_approval"
 	// StatePending is recorded and waiting for a worker, or for a retry after
 	// an attempt that surely did not reach the provider.
 	StatePending State = "pending"
@@ -41,7 +48,7 @@ func (s State) Terminal() bool {
 
 // Valid reports whether s is a known state.
 func (s State) Valid() bool {
-	return s == StatePending || s == StateRunning || s.Terminal()
+	return s == StateAwaitingApproval || s == StatePending || s == StateRunning || s.Terminal()
 }
 
 // KeySource says where an intent's key came from.
@@ -78,6 +85,9 @@ type Intent struct {
 	Effect string `json:"effect"`
 	// Args are the effect's arguments, a JSON object.
 	Args json.RawMessage `json:"args"`
+	// ArgsSHA256 is the hex SHA-256 of Args in canonical form (RFC 8785):
+	// what an approval names, so that it releases exactly these arguments.
+	ArgsSHA256 string `json:"args_sha256"`
 	// State is where the intent stands.
 	State State `json:"state"`
 	// Attempts counts the attempts that claimed the intent.
@@ -107,6 +117,21 @@ type Intent struct {
 	ResolutionNote *string `json:"resolution_note,omitempty"`
 	// ResolvedAt is when it was cancelled or resolved by hand.
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	// ApprovalRule is why the intent needed approval: the rule of
+	// OUTBOX_APPROVAL that matched, as written, or "requested" when its
+	// caller asked; absent when it needed none.
+	ApprovalRule *string `json:"approval_rule,omitempty"`
+	// ApprovedBy names who approved it (an API token's fingerprint, "cli:"
+	// and the command line's user).
+	ApprovedBy *string `json:"approved_by,omitempty"`
+	// ApprovedAt is when it was approved.
+	ApprovedAt *time.Time `json:"approved_at,omitempty"`
+	// DeniedBy names who denied it.
+	DeniedBy *string `json:"denied_by,omitempty"`
+	// DeniedAt is when it was denied.
+	DeniedAt *time.Time `json:"denied_at,omitempty"`
+	// ApprovalNote is the note given with the approval or denial.
+	ApprovalNote *string `json:"approval_note,omitempty"`
 
 	// JobID is the River job executing the intent, once dispatched.
 	JobID *int64 `json:"-"`
@@ -124,6 +149,7 @@ func intentFromRow(r *intentdb.Row) *Intent {
 		Key:            r.Key,
 		Effect:         r.Effect,
 		Args:           r.Args,
+		ArgsSHA256:     ArgsSHA256(r.Args),
 		State:          State(r.State),
 		Attempts:       r.Attempt,
 		Result:         r.Result,
@@ -140,5 +166,25 @@ func intentFromRow(r *intentdb.Row) *Intent {
 		ResolvedBy:     r.ResolvedBy,
 		ResolutionNote: r.ResolutionNote,
 		ResolvedAt:     r.ResolvedAt,
+		ApprovalRule:   r.ApprovalRule,
+		ApprovedBy:     r.ApprovedBy,
+		ApprovedAt:     r.ApprovedAt,
+		DeniedBy:       r.DeniedBy,
+		DeniedAt:       r.DeniedAt,
+		ApprovalNote:   r.ApprovalNote,
 	}
+}
+
+// ArgsSHA256 returns the hex SHA-256 of args in canonical form (RFC 8785,
+// the form automatic keys hash), so that key order, white space and the
+// spelling of numbers do not change it. Arguments without a canonical form
+// (a number beyond IEEE 754 doubles, recorded through SQL) are hashed as
+// PostgreSQL's jsonb prints them, which is as stable.
+func ArgsSHA256(args json.RawMessage) string {
+	b, err := autokey.Canonicalize(args)
+	if err != nil {
+		b = args
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -144,15 +144,22 @@ func decodeCursor(cursor string) (int64, error) {
 }
 
 // Wait blocks until the intent (namespace, key) is terminal and returns it.
-// It is woken by the notification each state change fires, on one LISTEN
-// connection that all of the client's waits share, and never polls. When ctx
-// ends first, it returns the intent as it last read it together with ctx's
-// error.
+// Approval is the exception, since a person must act: Wait also returns when
+// the intent enters awaiting_approval, and a wait that begins while it
+// awaits approval returns when that ends (approved, so pending; or denied,
+// expired or cancelled). It is woken by the notification each state change
+// fires, on one LISTEN connection that all of the client's waits share, and
+// never polls. When ctx ends first, it returns the intent as it last read
+// it together with ctx's error.
 func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, error) {
 	// Most waits are for intents that are already terminal.
 	intent, err := c.Get(ctx, namespace, key)
 	if err != nil || intent.State.Terminal() {
 		return intent, err
+	}
+	awaiting := intent.State == StateAwaitingApproval
+	done := func(i *Intent) bool {
+		return i.State.Terminal() || (i.State == StateAwaitingApproval) != awaiting
 	}
 
 	sub, ready, unsubscribe := c.notifier.subscribe(intent.ID)
@@ -165,7 +172,7 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 	for {
 		// Read again now that we listen (a change between the first read and
 		// LISTEN would otherwise be missed), and after every wake-up.
-		if intent, err = c.reread(ctx, c.pool, intent); err != nil || intent.State.Terminal() {
+		if intent, err = c.reread(ctx, c.pool, intent); err != nil || done(intent) {
 			return intent, err
 		}
 		select {

@@ -7,6 +7,9 @@ import (
 // Metrics are the workers' Prometheus metrics. One Metrics may be shared by
 // every worker of a process.
 type Metrics struct {
+	// Approvals is outbox_approvals_total{decision}: approved, denied (by
+	// an operator, counted by the process that recorded it) or expired.
+	Approvals *prometheus.CounterVec
 	// EffectAttempts is outbox_effect_attempts_total{effect,outcome}, outcome
 	// being succeeded, failed, not_sent, ambiguous, unknown or stale.
 	EffectAttempts *prometheus.CounterVec
@@ -29,6 +32,10 @@ var EffectDurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 // when reg is nil).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		Approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_approvals_total",
+			Help: "Decisions on intents awaiting approval: approved, denied, or expired unanswered.",
+		}, []string{"decision"}),
 		EffectAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_effect_attempts_total",
 			Help: "Attempts at an effect, by effect and outcome.",
@@ -52,8 +59,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, reason := range []string{ReconcileReasonJobCancelled, ReconcileReasonJobCompleted, ReconcileReasonJobDiscarded, ReconcileReasonJobMissing} {
 		m.Reconciled.WithLabelValues(reason)
 	}
+	for _, decision := range []string{"approved", "denied", "expired"} {
+		m.Approvals.WithLabelValues(decision)
+	}
 	if reg != nil {
-		reg.MustRegister(m.EffectAttempts, m.EffectDuration, m.Reconciled, m.StaleWrites)
+		reg.MustRegister(m.Approvals, m.EffectAttempts, m.EffectDuration, m.Reconciled, m.StaleWrites)
 	}
 	return m
 }

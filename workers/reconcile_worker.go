@@ -39,8 +39,17 @@ const (
 	ReconcileReasonJobMissing   = "job_missing"
 )
 
+// ApprovalTTLDefault is how long an intent may await approval before it is
+// cancelled with error approval_expired (OUTBOX_APPROVAL_TTL).
+const ApprovalTTLDefault = 24 * time.Hour
+
 // ReconcileWorkerConfig configures a ReconcileWorker.
 type ReconcileWorkerConfig struct {
+	// ApprovalTTL is how long an intent may await approval; the reconciler
+	// cancels older ones with error approval_expired. Defaults to
+	// ApprovalTTLDefault.
+	ApprovalTTL time.Duration
+
 	// BatchSize is how many intents one transaction repairs. Defaults to
 	// ReconcileBatchSizeDefault.
 	BatchSize int
@@ -84,13 +93,14 @@ type ReconcileWorkerConfig struct {
 type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcileArgs]
 
-	batchSize int
-	effects   *effects.Registry
-	interval  time.Duration
-	logger    *slog.Logger
-	metrics   *Metrics
-	pool      *pgxpool.Pool
-	queries   *intentdb.Queries
+	approvalTTL time.Duration
+	batchSize   int
+	effects     *effects.Registry
+	interval    time.Duration
+	logger      *slog.Logger
+	metrics     *Metrics
+	pool        *pgxpool.Pool
+	queries     *intentdb.Queries
 }
 
 // NewReconcileWorker returns a ReconcileWorker.
@@ -99,12 +109,13 @@ func NewReconcileWorker(pool *pgxpool.Pool, config *ReconcileWorkerConfig) (*Rec
 		return nil, errors.New("workers: Effects must be set")
 	}
 	w := &ReconcileWorker{
-		batchSize: config.BatchSize,
-		effects:   config.Effects,
-		interval:  config.Interval,
-		logger:    config.Logger,
-		metrics:   config.Metrics,
-		pool:      pool,
+		approvalTTL: config.ApprovalTTL,
+		batchSize:   config.BatchSize,
+		effects:     config.Effects,
+		interval:    config.Interval,
+		logger:      config.Logger,
+		metrics:     config.Metrics,
+		pool:        pool,
 	}
 	if w.batchSize == 0 {
 		w.batchSize = ReconcileBatchSizeDefault
@@ -112,8 +123,11 @@ func NewReconcileWorker(pool *pgxpool.Pool, config *ReconcileWorkerConfig) (*Rec
 	if w.interval == 0 {
 		w.interval = ReconcileIntervalDefault
 	}
-	if w.batchSize < 0 || w.interval < 0 {
-		return nil, errors.New("workers: BatchSize and Interval must be positive")
+	if w.approvalTTL == 0 {
+		w.approvalTTL = ApprovalTTLDefault
+	}
+	if w.batchSize < 0 || w.interval < 0 || w.approvalTTL < 0 {
+		return nil, errors.New("workers: ApprovalTTL, BatchSize and Interval must be positive")
 	}
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
@@ -129,10 +143,13 @@ func NewReconcileWorker(pool *pgxpool.Pool, config *ReconcileWorkerConfig) (*Rec
 	return w, nil
 }
 
-// Work repairs every stranded intent, then reports effects whose pending
-// intents no replica takes.
+// Work repairs every stranded intent, expires approvals nobody gave in
+// time, then reports effects whose pending intents no replica takes.
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
 	if _, err := w.Reconcile(ctx); err != nil {
+		return err
+	}
+	if _, err := w.ExpireApprovals(ctx); err != nil {
 		return err
 	}
 	unserved, err := w.queries.Unserved(ctx, w.pool, w.effects.Names(), w.interval)
@@ -144,6 +161,27 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 			slog.String("effect", effect), slog.Int64("count", n))
 	}
 	return nil
+}
+
+// ExpireApprovals cancels, with error approval_expired, every intent that
+// has awaited approval for longer than the TTL, and returns how many.
+func (w *ReconcileWorker) ExpireApprovals(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		n, err := w.queries.ExpireApprovals(ctx, w.pool, w.approvalTTL, w.batchSize)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("error expiring approvals: %w", err)
+		}
+		if n > 0 {
+			w.metrics.Approvals.WithLabelValues(string(outbox.ApprovalExpired)).Add(float64(n))
+			w.logger.InfoContext(ctx, "intents not approved in time: cancelled with approval_expired",
+				slog.Int64("count", n), slog.Duration("ttl", w.approvalTTL))
+		}
+		if n < int64(w.batchSize) {
+			return total, nil
+		}
+	}
 }
 
 // Reconcile gives every stranded intent a fresh job, a batch per

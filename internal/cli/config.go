@@ -52,6 +52,23 @@ type Config struct {
 	// sha256:<64 hex>:namespace[:role]. Defaults to none.
 	APITokensFile string `env:"OUTBOX_API_TOKENS_FILE" expect:"the path of a readable file of token entries" help:"API tokens from a file, one token:namespace[:role] or sha256:<hex>:namespace[:role] a line"`
 
+	// Approval names the intents that wait for an operator's approval
+	// before any worker runs them: rules separated by commas, each an
+	// effect alone or an effect and one comparison of a top-level argument
+	// (charge:amount>=10000,webhook:endpoint=payouts,email). serve writes
+	// them to the database at start, where every enqueue path obeys them;
+	// unset leaves the rules stored there in force, "none" removes them.
+	Approval string `env:"OUTBOX_APPROVAL" expect:"approval rules such as charge:amount>=10000,email (effect[:arg OP value], OP one of = != > >= < <=), or none" help:"intents that wait for an operator's approval: effect[:arg OP value],...; unset keeps the rules in the database, none removes them"`
+
+	// ApprovalTTL is how long an intent may await approval before it is
+	// cancelled with error approval_expired. Defaults to 24h.
+	ApprovalTTL time.Duration `env:"OUTBOX_APPROVAL_TTL, default=24h" expect:"a positive duration such as 24h" help:"how long an intent may await approval before it is cancelled (approval_expired)"`
+
+	// ApprovalWebhook names an endpoint of OUTBOX_WEBHOOKS that is told,
+	// by a signed webhook, of every intent entering awaiting_approval.
+	// Defaults to none.
+	ApprovalWebhook string `env:"OUTBOX_APPROVAL_WEBHOOK" expect:"the name of an endpoint of OUTBOX_WEBHOOKS" help:"webhook endpoint (a name of OUTBOX_WEBHOOKS) told of every intent awaiting approval"`
+
 	// AutoKeyWindow is the window of MCP's automatic idempotency key.
 	// Defaults to 10m. Not used yet.
 	AutoKeyWindow time.Duration `env:"OUTBOX_AUTO_KEY_WINDOW, default=10m" expect:"a positive duration such as 10m" help:"window of the automatic MCP key: identical keyless tool calls within it are one action"`
@@ -267,6 +284,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		field string
 		ok    bool
 	}{
+		{"ApprovalTTL", c.ApprovalTTL > 0},
 		{"AutoKeyWindow", c.AutoKeyWindow > 0},
 		{"DatabaseURL", c.DatabaseURL == "" || validDatabaseURL(c.DatabaseURL)},
 		{"EffectTimeout", c.EffectTimeout > 0},
@@ -300,6 +318,9 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 	if err := c.validateWebhooks(); err != nil {
 		return err
 	}
+	if err := c.validateApproval(); err != nil {
+		return err
+	}
 	if err := c.loadTokens(); err != nil {
 		return err
 	}
@@ -321,6 +342,35 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		}
 	}
 	return nil
+}
+
+// validateApproval checks OUTBOX_APPROVAL, naming the bad rule, and that
+// OUTBOX_APPROVAL_WEBHOOK names a configured endpoint (the sandbox
+// configures its own).
+func (c *Config) validateApproval() error {
+	if _, err := outbox.ParseApprovalRules(c.Approval); err != nil {
+		return &ConfigError{Var: envName("Approval"), Message: err.Error() + "; expected " + fieldTag("Approval", "expect")}
+	}
+	if c.ApprovalWebhook == "" || c.Sandbox {
+		return nil
+	}
+	eps, _ := webhook.ParseEndpoints(c.Webhooks) // checked by validateWebhooks
+	for _, ep := range eps {
+		if ep.Name == c.ApprovalWebhook {
+			return nil
+		}
+	}
+	return &ConfigError{Var: envName("ApprovalWebhook"), Message: fmt.Sprintf("expected %s, got %q", fieldTag("ApprovalWebhook", "expect"), c.ApprovalWebhook)}
+}
+
+// ApprovalRules returns OUTBOX_APPROVAL's rules, nil when it is unset (the
+// rules stored in the database stay in force).
+func (c *Config) ApprovalRules() []outbox.ApprovalRule {
+	if c.Approval == "" {
+		return nil
+	}
+	rules, _ := outbox.ParseApprovalRules(c.Approval) // checked by validate
+	return rules
 }
 
 // validateWebhooks checks OUTBOX_WEBHOOKS, saying which entry is wrong

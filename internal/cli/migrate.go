@@ -227,8 +227,11 @@ func grantsSQL(schema, role string, namespaces []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- Lets %s enqueue through outbox's SQL functions in schema %s; run as the schema's owner.\n", r, s)
 	fmt.Fprintf(&b, "GRANT USAGE ON SCHEMA %s TO %s;\n", s, r)
+	// Both signatures of each: the later ones take require_approval.
 	fmt.Fprintf(&b, "GRANT EXECUTE ON FUNCTION %s.enqueue(text, text, text, jsonb, text), "+
-		"%s.outbox_enqueue_many(text[], text[], text[], jsonb[], text[], text[]) TO %s;\n", s, s, r)
+		"%s.enqueue(text, text, text, jsonb, text, boolean), "+
+		"%s.outbox_enqueue_many(text[], text[], text[], jsonb[], text[], text[]), "+
+		"%s.outbox_enqueue_many(text[], text[], text[], jsonb[], text[], text[], boolean[]) TO %s;\n", s, s, s, s, r)
 	if len(namespaces) == 0 {
 		namespaces = []string{"*"}
 	}

@@ -133,6 +133,9 @@ func (a *app) serve(ctx context.Context, args []string) error {
 func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
 		APITokens:            cfg.Tokens(),
+		ApprovalRules:        cfg.ApprovalRules(),
+		ApprovalTTL:          cfg.ApprovalTTL,
+		ApprovalWebhook:      cfg.ApprovalWebhook,
 		AdminAddr:            cfg.AdminAddr,
 		AutoKeyWindow:        cfg.AutoKeyWindow,
 		EffectTimeout:        cfg.EffectTimeout,

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,6 +51,18 @@ type Config struct {
 	// authentication (the caller checks that this is allowed, and the
 	// address loopback). Defaults to none.
 	APITokens []httpapi.Token
+
+	// ApprovalRules, when not nil, replace the approval rules stored in the
+	// schema at start (empty removes them); nil leaves them as they are.
+	ApprovalRules []outbox.ApprovalRule
+
+	// ApprovalTTL is how long an intent may await approval. Defaults to the
+	// dispatcher's default.
+	ApprovalTTL time.Duration
+
+	// ApprovalWebhook names the webhook endpoint told of intents awaiting
+	// approval (dispatcher.Config). Defaults to none.
+	ApprovalWebhook string
 
 	// AutoKeyWindow is the window of MCP's automatic key. Defaults to
 	// mcpserver's default.
@@ -173,6 +186,8 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	d.stops = append(d.stops, func(context.Context) error { d.metrics.gauges.Stop(); return nil })
 
 	if d.Dispatcher, err = dispatcher.New(pool, &dispatcher.Config{
+		ApprovalTTL:       c.ApprovalTTL,
+		ApprovalWebhook:   c.ApprovalWebhook,
 		EffectTimeout:     c.EffectTimeout,
 		Effects:           c.Effects,
 		Logger:            c.Logger,
@@ -186,11 +201,17 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		return nil, err
 	}
 	if d.Client, err = outbox.NewClient(pool, &outbox.Config{
+		ApprovalObserverFunc: func(_ string, decision outbox.ApprovalDecision) {
+			d.metrics.workers.Approvals.WithLabelValues(string(decision)).Inc()
+		},
 		EnqueueObserverFunc: d.metrics.enqueues.Observe,
 		Effects:             c.Effects,
 		Logger:              c.Logger,
 		Schema:              c.Schema,
 	}); err != nil {
+		return nil, err
+	}
+	if err := d.applyApprovalRules(ctx, c.ApprovalRules, c.Effects); err != nil {
 		return nil, err
 	}
 	api, err := httpapi.New(pool, d.Client, &httpapi.Config{
@@ -348,4 +369,36 @@ func (d *Daemon) stop(ctx context.Context) error {
 // drain, River's own connections and the listeners.
 func PoolSize(workers int) int32 {
 	return int32(max(20, workers/2+10))
+}
+
+// applyApprovalRules stores rules as the ones in force (unless nil), and
+// says which rules are in force: a change at warn, since replicas should
+// share OUTBOX_APPROVAL and the last one started wins.
+func (d *Daemon) applyApprovalRules(ctx context.Context, rules []outbox.ApprovalRule, registry *effects.Registry) error {
+	before, err := d.Client.ApprovalRules(ctx)
+	if err != nil {
+		return err
+	}
+	after := before
+	if rules != nil {
+		after = make([]string, len(rules))
+		for i, r := range rules {
+			after[i] = r.String()
+			if _, ok := registry.Get(r.Effect); !ok {
+				d.logger.WarnContext(ctx, "approval rule names an effect this server does not run", "rule", after[i])
+			}
+		}
+		if !slices.Equal(before, after) {
+			if err := d.Client.SetApprovalRules(ctx, rules); err != nil {
+				return err
+			}
+			if len(before) > 0 {
+				d.logger.WarnContext(ctx, "approval rules changed", "from", strings.Join(before, ","), "to", strings.Join(after, ","))
+			}
+		}
+	}
+	if len(after) > 0 {
+		d.logger.InfoContext(ctx, "approval rules in force", "rules", strings.Join(after, ","))
+	}
+	return nil
 }

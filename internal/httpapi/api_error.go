@@ -45,6 +45,8 @@ var statusOf = map[string]int{
 	outbox.CodeInvalidArgs:           http.StatusBadRequest,
 	outbox.CodeInvalidJSON:           http.StatusBadRequest,
 	outbox.CodeInvalidKey:            http.StatusBadRequest,
+	outbox.CodeApprovalMismatch:      http.StatusConflict,
+	outbox.CodeNotAwaitingApproval:   http.StatusConflict,
 	outbox.CodeNotCancellable:        http.StatusConflict,
 	outbox.CodeNotFound:              http.StatusNotFound,
 	outbox.CodeNotUnknown:            http.StatusConflict,

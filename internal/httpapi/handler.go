@@ -247,6 +247,8 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	mux.Handle("GET /v1/intents/{key}", h.api(RoleReader, h.get))
 	mux.Handle("POST /v1/intents/{key}/cancel", h.api(RoleAgent, h.cancel))
 	mux.Handle("POST /v1/intents/{key}/resolve", h.api(RoleOperator, h.resolve))
+	mux.Handle("POST /v1/intents/{key}/approve", h.api(RoleOperator, h.approve))
+	mux.Handle("POST /v1/intents/{key}/deny", h.api(RoleOperator, h.deny))
 	// The same paths with any other method, and any other path under /v1/,
 	// answer in JSON too, after authentication: a caller without a token
 	// learns nothing of which paths exist.
@@ -255,6 +257,8 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	mux.Handle("/v1/intents/{key}", h.api(RoleReader, methodNotAllowed("GET, HEAD")))
 	mux.Handle("/v1/intents/{key}/cancel", h.api(RoleReader, methodNotAllowed("POST")))
 	mux.Handle("/v1/intents/{key}/resolve", h.api(RoleReader, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/approve", h.api(RoleReader, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/deny", h.api(RoleReader, methodNotAllowed("POST")))
 	mux.Handle("/v1/", h.api(RoleReader, func(http.ResponseWriter, *http.Request, string) error {
 		return &apiError{status: http.StatusNotFound, code: outbox.CodeNotFound, message: "no such endpoint"}
 	}))

@@ -23,6 +23,8 @@ type enqueueRequest struct {
 	// recorded moments before under another key is another action.
 	NewAction   bool    `json:"new_action"`
 	RequestedBy *string `json:"requested_by"`
+	// RequireApproval asks for an operator's approval before it runs.
+	RequireApproval bool `json:"require_approval"`
 }
 
 // enqueueAnswer is POST /v1/intents' answer: the intent and "duplicate".
@@ -92,7 +94,7 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 	var possibleDuplicateOf string
 	if modelKey {
 		p := &keyguard.Params{Args: req.Args, Effect: *req.Effect, Key: key, ModelKey: true,
-			Namespace: namespace, NewAction: req.NewAction, Tool: *req.Effect}
+			Namespace: namespace, NewAction: req.NewAction, RequireApproval: req.RequireApproval, Tool: *req.Effect}
 		if req.RequestedBy != nil {
 			p.RequestedBy = *req.RequestedBy
 		}
@@ -108,6 +110,8 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 			Key:       key,
 			KeySource: outbox.KeySourceExplicit,
 			Namespace: namespace,
+
+			RequireApproval: req.RequireApproval,
 		}
 		if req.RequestedBy != nil {
 			params.RequestedBy = *req.RequestedBy
@@ -344,6 +348,53 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, namespace stri
 		Namespace: namespace,
 		Note:      req.Note,
 		Outcome:   outbox.Outcome(req.Outcome),
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, intent)
+	return nil
+}
+
+// approvalRequest is POST /v1/intents/{key}/approve's and /deny's body.
+type approvalRequest struct {
+	ArgsSHA256 *string `json:"args_sha256"`
+	Note       string  `json:"note"`
+}
+
+// approve is POST /v1/intents/{key}/approve.
+func (h *Handler) approve(w http.ResponseWriter, r *http.Request, namespace string) error {
+	return h.decide(w, r, namespace, h.client.Approve)
+}
+
+// deny is POST /v1/intents/{key}/deny.
+func (h *Handler) deny(w http.ResponseWriter, r *http.Request, namespace string) error {
+	return h.decide(w, r, namespace, h.client.Deny)
+}
+
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request, namespace string,
+	decide func(context.Context, *outbox.ApprovalParams) (*outbox.Intent, error),
+) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req approvalRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return err
+	}
+	if req.ArgsSHA256 == nil {
+		return invalidJSON(`missing field "args_sha256"`)
+	}
+	intent, err := decide(r.Context(), &outbox.ApprovalParams{
+		ArgsSHA256: *req.ArgsSHA256,
+		By:         actor(r),
+		Key:        r.PathValue("key"),
+		Namespace:  namespace,
+		Note:       req.Note,
 	})
 	if err != nil {
 		return err

@@ -133,6 +133,24 @@ func TestOpenAPI(t *testing.T) {
 	require.Equal(t, 200, call("POST", "/v1/intents/m1/resolve", tokenAlpha, json, `{"outcome": "succeeded", "note": "in the dashboard"}`).status)
 	require.Equal(t, 404, call("POST", "/v1/intents/missing/resolve", tokenAlpha, json, `{"outcome": "failed"}`).status)
 
+	// Approvals: asked for by the caller, refused with other arguments,
+	// approved; denied.
+	asked := call("POST", "/v1/intents", tokenAlpha, keyed("a1"), `{"effect": "noop", "args": {"n": 3}, "require_approval": true}`)
+	require.Equal(t, 201, asked.status)
+	var awaiting struct {
+		State      string `json:"state"`
+		ArgsSHA256 string `json:"args_sha256"`
+	}
+	require.NoError(t, stdjson.Unmarshal(asked.body, &awaiting))
+	require.Equal(t, "awaiting_approval", awaiting.State)
+	require.Equal(t, 409, call("POST", "/v1/intents/a1/approve", tokenAlpha, json, `{"args_sha256": "`+strings.Repeat("0", 64)+`"}`).status)
+	require.Equal(t, 400, call("POST", "/v1/intents/a1/approve", tokenAlpha, json, `{"note": "no hash"}`).status)
+	require.Equal(t, 200, call("POST", "/v1/intents/a1/approve", tokenAlpha, json, `{"args_sha256": "`+awaiting.ArgsSHA256+`", "note": "ok"}`).status)
+	require.Equal(t, 409, call("POST", "/v1/intents/a1/deny", tokenAlpha, json, `{"args_sha256": "`+awaiting.ArgsSHA256+`"}`).status)
+	require.Equal(t, 201, call("POST", "/v1/intents", tokenAlpha, keyed("a2"), `{"effect": "noop", "args": {"n": 3}, "require_approval": true}`).status)
+	require.Equal(t, 200, call("POST", "/v1/intents/a2/deny", tokenAlpha, json, `{"args_sha256": "`+awaiting.ArgsSHA256+`", "note": "not today"}`).status)
+	require.Equal(t, 404, call("POST", "/v1/intents/missing/deny", tokenAlpha, json, `{"args_sha256": "`+awaiting.ArgsSHA256+`"}`).status)
+
 	// Discovery, the contract, readiness.
 	effects := call("GET", "/v1/effects", tokenAlpha, nil, "")
 	require.Equal(t, 200, effects.status)

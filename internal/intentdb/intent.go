@@ -58,6 +58,12 @@ type Row struct {
 	ResolvedBy     *string
 	ResolutionNote *string
 	ResolvedAt     *time.Time
+	ApprovalRule   *string
+	ApprovedBy     *string
+	ApprovedAt     *time.Time
+	DeniedBy       *string
+	DeniedAt       *time.Time
+	ApprovalNote   *string
 }
 
 // rowColumns lists the columns scanRow reads, in its order.
@@ -65,6 +71,7 @@ var rowColumns = []string{
 	"id", "namespace", "key", "effect", "args", "state", "attempt", "result", "error",
 	"provider_key", "requested_by", "key_source", "created_at", "updated_at", "completed_at",
 	"job_id", "lease_expires_at", "maybe_sent", "resolved_by", "resolution_note", "resolved_at",
+	"approval_rule", "approved_by", "approved_at", "denied_by", "denied_at", "approval_note",
 }
 
 // columns returns rowColumns, each prefixed (a table alias, or "(r.intent)."
@@ -83,6 +90,7 @@ func scanRow(row pgx.Row, extra ...any) (*Row, error) {
 		&r.ID, &r.Namespace, &r.Key, &r.Effect, &r.Args, &r.State, &r.Attempt, &r.Result, &r.Error,
 		&r.ProviderKey, &r.RequestedBy, &r.KeySource, &r.CreatedAt, &r.UpdatedAt, &r.CompletedAt,
 		&r.JobID, &r.LeaseExpiresAt, &r.MaybeSent, &r.ResolvedBy, &r.ResolutionNote, &r.ResolvedAt,
+		&r.ApprovalRule, &r.ApprovedBy, &r.ApprovedAt, &r.DeniedBy, &r.DeniedAt, &r.ApprovalNote,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err

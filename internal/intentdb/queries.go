@@ -15,12 +15,14 @@ import (
 type Queries struct {
 	schema string
 
-	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve string
-	sqlDrainFailInvalid, sqlDrainMark, sqlDrainSelect                                   string
-	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                               string
-	sqlCountByState, sqlCreatedAt, sqlPrune                                             string
-	sqlRedispatch, sqlStranded, sqlUnserved                                             string
-	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                             string
+	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
+	sqlDrainFailInvalid, sqlDrainMark, sqlDrainSelect                                         string
+	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
+	sqlCountByState, sqlCreatedAt, sqlPrune                                                   string
+	sqlRedispatch, sqlStranded, sqlUnserved                                                   string
+	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                   string
+	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
+	sqlRulesDelete, sqlRulesInsert, sqlRules                                                  string
 }
 
 // New returns the statements of schema, rendered once.
@@ -35,6 +37,7 @@ func New(schema string) *Queries {
 	q.renderMaintenance(r)
 	q.renderReconcile(r)
 	q.renderRecentAction(r)
+	q.renderApproval(r)
 	return q
 }
 
@@ -51,14 +54,15 @@ func (q *Queries) renderClient(r func(string) string) {
 	// cannot see that row. Enqueue then calls outbox_enqueue_try
 	// (sqlEnqueueRetry), whose statements take fresh snapshots.
 	//
-	// The provider key is set by the table's trigger, from the new row's id.
+	// The provider key is set by the table's trigger, from the new row's id;
+	// the trigger also applies the approval rules (outbox_approval_rule).
 	//
 	// The notification wakes the dispatcher's drain; like the function, a
 	// session notifies at most once per NotifyWindow, because a notifying
 	// commit holds a database-wide lock until it is durable.
 	q.sqlEnqueue = r(`WITH ins AS (
-			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source)
-			VALUES ($1, $2, $3, $4, $5, $6)
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state)
+			VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::boolean THEN 'awaiting_approval' ELSE 'pending' END)
 			ON CONFLICT (namespace, key) DO NOTHING
 			RETURNING {{columns}}
 		), notified AS (
@@ -73,9 +77,9 @@ func (q *Queries) renderClient(r func(string) string) {
 		SELECT {{columns}}, true, NOT (effect = $3 AND args = $4::jsonb) FROM {{schema}}.outbox_intent
 		WHERE namespace = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`)
 	q.sqlEnqueueRetry = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict
-		FROM {{schema}}.outbox_enqueue_try($1, $2, $3, $4, $5, $6) r`)
+		FROM {{schema}}.outbox_enqueue_try($1, $2, $3, $4, $5, $6, $7) r`)
 	q.sqlEnqueueMany = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict, r.ord
-		FROM {{schema}}.outbox_enqueue_many($1, $2, $3, $4, $5, $6) r`)
+		FROM {{schema}}.outbox_enqueue_many($1, $2, $3, $4, $5, $6, $7) r`)
 	q.sqlGet = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent WHERE namespace = $1 AND key = $2`)
 	q.sqlList = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent
 		WHERE namespace = $1
@@ -85,7 +89,7 @@ func (q *Queries) renderClient(r func(string) string) {
 		ORDER BY id DESC
 		LIMIT $5`)
 	// Cancelling is allowed only while no attempt may have started: the
-	// intent is pending, no attempt that ran may have reached the provider
+	// intent is pending (or awaiting approval, which has no job), no attempt that ran may have reached the provider
 	// (maybe_sent), and its River job has not started an attempt that did
 	// not record an outcome. A deduplicated effect is not claimed before its
 	// call, so an attempt in flight, or one that died mid-call and whose job
@@ -110,7 +114,7 @@ func (q *Queries) renderClient(r func(string) string) {
 			UPDATE {{schema}}.outbox_intent
 			SET state = 'cancelled', completed_at = now(), updated_at = now(),
 			    resolved_by = $3, resolution_note = NULLIF($4, ''), resolved_at = now()
-			WHERE namespace = $1 AND key = $2 AND state = 'pending' AND NOT maybe_sent
+			WHERE namespace = $1 AND key = $2 AND state IN ('pending', 'awaiting_approval') AND NOT maybe_sent
 			  AND job_id IS NOT DISTINCT FROM (SELECT job_id FROM cur)
 			  AND NOT EXISTS (SELECT 1 FROM job WHERE job.state = 'running' OR job.attempt > (SELECT job_attempt FROM cur))
 			RETURNING {{columns}}
@@ -155,6 +159,9 @@ type EnqueueRow struct {
 	KeySource   string
 	Namespace   string
 	RequestedBy *string
+	// RequireApproval records the intent as awaiting_approval whatever the
+	// rules say.
+	RequireApproval bool
 }
 
 // EnqueueResult is what an enqueue found or wrote.
@@ -172,7 +179,7 @@ type EnqueueResult struct {
 // transaction), or finds the one first recorded under its key.
 func (q *Queries) Enqueue(ctx context.Context, db Querier, e *EnqueueRow) (*EnqueueResult, error) {
 	res := &EnqueueResult{}
-	args := []any{e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource}
+	args := []any{e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval}
 	row, err := scanRow(db.QueryRow(ctx, q.sqlEnqueue, args...), &res.Duplicate, &res.Conflict)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Lost the race described at sqlEnqueue: nothing was written.
@@ -197,12 +204,13 @@ func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow)
 		args         = make([]string, len(es))
 		requestedBys = make([]*string, len(es))
 		keySources   = make([]string, len(es))
+		approvals    = make([]bool, len(es))
 	)
 	for i, e := range es {
-		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i] =
-			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource
+		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i], approvals[i] =
+			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval
 	}
-	rows, err := db.Query(ctx, q.sqlEnqueueMany, namespaces, keys, effectNames, args, requestedBys, keySources)
+	rows, err := db.Query(ctx, q.sqlEnqueueMany, namespaces, keys, effectNames, args, requestedBys, keySources, approvals)
 	if err != nil {
 		return nil, err
 	}

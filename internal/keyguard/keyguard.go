@@ -133,6 +133,8 @@ type Params struct {
 	NewAction bool
 	// RequestedBy optionally names who asked.
 	RequestedBy string
+	// RequireApproval asks for an operator's approval before it runs.
+	RequireApproval bool
 	// Tool names the call for the automatic key and the metrics: the MCP
 	// tool, or the effect over HTTP.
 	Tool string
@@ -262,6 +264,8 @@ func (g *Guard) params(p *Params, key string, source outbox.KeySource) *outbox.E
 		KeySource:   source,
 		Namespace:   p.Namespace,
 		RequestedBy: p.RequestedBy,
+
+		RequireApproval: p.RequireApproval,
 	}
 }
 

@@ -1,0 +1,258 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-dev/outbox/internal/intentdb"
+)
+
+// ApprovalDecision is what an operator decided about an intent awaiting
+// approval, or that nobody did in time.
+type ApprovalDecision string
+
+const (
+	// ApprovalApproved released the intent: it is pending and runs.
+	ApprovalApproved ApprovalDecision = "approved"
+	// ApprovalDenied cancelled it with error approval_denied.
+	ApprovalDenied ApprovalDecision = "denied"
+	// ApprovalExpired cancelled it with error approval_expired, after
+	// OUTBOX_APPROVAL_TTL without a decision.
+	ApprovalExpired ApprovalDecision = "expired"
+)
+
+// ApprovalRequested is an intent's ApprovalRule when its caller asked for
+// approval (EnqueueParams.RequireApproval) rather than a rule.
+const ApprovalRequested = "requested"
+
+// ApprovalParams is an operator's approval or denial of an intent awaiting
+// approval.
+type ApprovalParams struct {
+	// ArgsSHA256 is the intent's ArgsSHA256 as the operator saw it. The
+	// decision is refused (ErrApprovalMismatch) when it is not the intent's,
+	// so that it can only release the arguments that were shown. Required.
+	ArgsSHA256 string
+	// By names who decided, for the record: never a secret. Optional; at
+	// most 200 characters.
+	By string
+	// Key is the intent's key.
+	Key string
+	// Namespace is the tenant. Defaults to NamespaceDefault.
+	Namespace string
+	// Note says why, for the record; a denial's note is also its error's
+	// message. Optional; at most 1000 characters.
+	Note string
+}
+
+var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Approve releases an intent awaiting approval: it becomes pending and is
+// dispatched like any other. It returns ErrNotAwaitingApproval when the
+// intent is in another state, ErrApprovalMismatch when params.ArgsSHA256 is
+// not the intent's, and ErrNotFound when there is no such intent.
+func (c *Client) Approve(ctx context.Context, params *ApprovalParams) (*Intent, error) {
+	return c.decide(ctx, params, ApprovalApproved)
+}
+
+// Deny cancels an intent awaiting approval, with error approval_denied and
+// the note as its message. Its errors are Approve's.
+func (c *Client) Deny(ctx context.Context, params *ApprovalParams) (*Intent, error) {
+	return c.decide(ctx, params, ApprovalDenied)
+}
+
+func (c *Client) decide(ctx context.Context, params *ApprovalParams, decision ApprovalDecision) (*Intent, error) {
+	if params == nil {
+		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
+	}
+	namespace := params.Namespace
+	if namespace == "" {
+		namespace = NamespaceDefault
+	}
+	if err := ValidateNamespace(namespace); err != nil {
+		return nil, err
+	}
+	if err := ValidateKey(params.Key); err != nil {
+		return nil, err
+	}
+	if !sha256HexRE.MatchString(params.ArgsSHA256) {
+		return nil, &Error{Code: CodeInvalidArgs, Field: "args_sha256", Message: "must be the intent's args_sha256: 64 lowercase hex digits"}
+	}
+	if err := validateRecord(params.By, params.Note); err != nil {
+		return nil, err
+	}
+
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("error beginning approval: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	// Locked, so that the state and arguments checked are those decided on.
+	current, err := c.queries.GetForUpdate(ctx, tx, namespace, params.Key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &Error{Code: CodeNotFound, Message: "no intent with this key"}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading intent: %w", err)
+	}
+	if current.State != string(StateAwaitingApproval) {
+		return nil, &Error{Code: CodeNotAwaitingApproval, Message: "intent is " + current.State}
+	}
+	if ArgsSHA256(current.Args) != params.ArgsSHA256 {
+		return nil, &Error{Code: CodeApprovalMismatch, Field: "args_sha256",
+			Message: "is not the intent's: its arguments are not the ones reviewed; read the intent again"}
+	}
+	var row *intentdb.Row
+	if decision == ApprovalApproved {
+		row, err = c.queries.Approve(ctx, tx, current.ID, params.By, params.Note)
+	} else {
+		row, err = c.queries.Deny(ctx, tx, current.ID, params.By, params.Note)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error recording %s: %w", decision, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("error committing %s: %w", decision, err)
+	}
+	if c.approved != nil {
+		c.approved(row.Effect, decision)
+	}
+	c.logger.InfoContext(ctx, "intent "+string(decision), "namespace", namespace, "key", params.Key, "intent_id", row.ID,
+		"effect", row.Effect, "by", params.By)
+	return intentFromRow(row), nil
+}
+
+// ApprovalRule is one rule of OUTBOX_APPROVAL: every intent of Effect, or,
+// with Arg set, those whose top-level argument Arg compares with Value by
+// Op. See ParseApprovalRules.
+type ApprovalRule struct {
+	// Effect is the effect the rule applies to.
+	Effect string
+	// Arg is a top-level argument's name; empty for every intent of Effect.
+	Arg string
+	// Op is =, !=, >, >=, < or <=.
+	Op string
+	// Value is compared with the argument: as a number when it is a JSON
+	// number, else as a string.
+	Value string
+}
+
+// String returns the rule as written in OUTBOX_APPROVAL.
+func (r ApprovalRule) String() string {
+	if r.Arg == "" {
+		return r.Effect
+	}
+	return r.Effect + ":" + r.Arg + r.Op + r.Value
+}
+
+var (
+	ruleArgRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	jsonNumberRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+)
+
+// ruleOps are the comparison operators, longest first, so that ">=" is not
+// read as ">" and a value starting with "=".
+var ruleOps = []string{">=", "<=", "!=", "=", ">", "<"}
+
+// ParseApprovalRules reads OUTBOX_APPROVAL: rules separated by commas, each
+// an effect alone ("email": every intent of it) or an effect, a colon and
+// one comparison of a top-level argument with a value
+// ("charge:amount>=10000", "webhook:endpoint=payouts"). The operators are
+// =, !=, >, >=, < and <=; a value that is a JSON number is compared as a
+// number, any other as a string, for which only = and != are allowed. The
+// value "none" alone means no rule. Errors name the rule.
+func ParseApprovalRules(s string) ([]ApprovalRule, error) {
+	if strings.TrimSpace(s) == "none" {
+		return []ApprovalRule{}, nil
+	}
+	rules := []ApprovalRule{}
+	for _, text := range strings.Split(s, ",") {
+		text = strings.TrimSpace(text)
+		if text == "" {
+			continue
+		}
+		rule, err := parseApprovalRule(text)
+		if err != nil {
+			return nil, fmt.Errorf("approval rule %q: %w", text, err)
+		}
+		rules = append(rules, rule)
+	}
+	return rules, nil
+}
+
+func parseApprovalRule(text string) (ApprovalRule, error) {
+	effect, cond, hasCond := strings.Cut(text, ":")
+	if !validEffectName(effect) {
+		return ApprovalRule{}, errors.New("must start with an effect name (lowercase letters, digits, _)")
+	}
+	if !hasCond {
+		return ApprovalRule{Effect: effect}, nil
+	}
+	for _, op := range ruleOps {
+		arg, value, ok := strings.Cut(cond, op)
+		if !ok {
+			continue
+		}
+		if !ruleArgRE.MatchString(arg) {
+			return ApprovalRule{}, errors.New("must compare a top-level argument named with letters, digits and _, such as amount>=10000")
+		}
+		if value == "" {
+			return ApprovalRule{}, errors.New("needs a value after " + op)
+		}
+		if strings.ContainsAny(value, "<>=!") {
+			return ApprovalRule{}, errors.New("has more than one operator")
+		}
+		if op != "=" && op != "!=" && !jsonNumberRE.MatchString(value) {
+			return ApprovalRule{}, fmt.Errorf("compares with %s, which needs a number", op)
+		}
+		return ApprovalRule{Effect: effect, Arg: arg, Op: op, Value: value}, nil
+	}
+	return ApprovalRule{}, errors.New("needs one of =, !=, >, >=, <, <= after the colon, such as amount>=10000")
+}
+
+// SetApprovalRules replaces the approval rules in force in the client's
+// schema with rules. Every enqueue after it commits obeys them, by every
+// path (this library, the SQL functions, a hand-written INSERT): the
+// table's insert trigger applies them. outboxd serve calls it at start
+// with OUTBOX_APPROVAL.
+func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) error {
+	stored := make([]intentdb.ApprovalRule, len(rules))
+	for i, r := range rules {
+		if r.Arg != "" || r.Op != "" || r.Value != "" {
+			// Checked as written, so that a rule built in Go obeys what
+			// ParseApprovalRules enforces.
+			if _, err := parseApprovalRule(r.String()); err != nil {
+				return &Error{Code: CodeInvalidArgs, Field: fmt.Sprintf("[%d]", i), Message: err.Error()}
+			}
+		} else if !validEffectName(r.Effect) {
+			return &Error{Code: CodeInvalidArgs, Field: fmt.Sprintf("[%d].effect", i), Message: "must be an effect name"}
+		}
+		stored[i] = intentdb.ApprovalRule{Rule: r.String(), Effect: r.Effect, Arg: r.Arg, Op: r.Op, Value: r.Value}
+		if jsonNumberRE.MatchString(r.Value) {
+			v := r.Value
+			stored[i].Num = &v
+		}
+	}
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		// One writer at a time: replicas starting together each replace
+		// the whole set, never interleave.
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{c.schema, "outbox_approval_rule"}.Sanitize()+" IN EXCLUSIVE MODE"); err != nil {
+			return fmt.Errorf("error locking approval rules: %w", err)
+		}
+		return c.queries.SetApprovalRules(ctx, tx, stored)
+	})
+}
+
+// ApprovalRules returns the rules in force, as written, in order.
+func (c *Client) ApprovalRules(ctx context.Context) ([]string, error) {
+	rules, err := c.queries.ApprovalRules(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("error reading approval rules: %w", err)
+	}
+	return rules, nil
+}

@@ -1,0 +1,137 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/outbox"
+)
+
+// ApprovalNoticeArgs is the job that tells OUTBOX_APPROVAL_WEBHOOK's
+// endpoint that an intent awaits approval.
+type ApprovalNoticeArgs struct {
+	IntentID int64 `json:"intent_id"`
+}
+
+// Kind implements river.JobArgs.
+func (ApprovalNoticeArgs) Kind() string { return "outbox_approval_notice" }
+
+// ApprovalNoticeType is the notice's "type".
+const ApprovalNoticeType = "outbox.approval_requested"
+
+// ApprovalNotice is the payload of the webhook that announces an intent
+// awaiting approval: everything a person needs to decide, and the
+// args_sha256 an approval must name.
+type ApprovalNotice struct {
+	Type      string    `json:"type"`
+	ID        int64     `json:"intent_id"`
+	Namespace string    `json:"namespace"`
+	Key       string    `json:"key"`
+	Effect    string    `json:"effect"`
+	Args      any       `json:"args"`
+	ArgsSHA   string    `json:"args_sha256"`
+	Rule      string    `json:"rule"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ApprovalNoticeWorkerConfig configures an ApprovalNoticeWorker.
+type ApprovalNoticeWorkerConfig struct {
+	// Endpoint is the webhook endpoint told. Required.
+	Endpoint string
+	// TTL is OUTBOX_APPROVAL_TTL, for the notice's expires_at. Required.
+	TTL time.Duration
+	// Webhook is the webhook effect, which signs and sends. Required.
+	Webhook effects.Effect
+	// Schema holds the outbox tables. Defaults to outbox.SchemaDefault.
+	Schema string
+}
+
+// ApprovalNoticeWorker sends the approval webhook through the webhook
+// effect: the effect's Standard Webhooks signature, and a webhook-id of its
+// own ("approval_" and the intent's provider key), the same on every retry,
+// so a receiver that dedupes on it shows each request once. A notice that
+// failed is retried by River; one whose intent was decided meanwhile is not
+// sent.
+type ApprovalNoticeWorker struct {
+	river.WorkerDefaults[ApprovalNoticeArgs]
+
+	endpoint string
+	pool     *pgxpool.Pool
+	queries  *intentdb.Queries
+	ttl      time.Duration
+	webhook  effects.Effect
+}
+
+// NewApprovalNoticeWorker returns an ApprovalNoticeWorker. It checks that
+// the webhook effect knows the endpoint.
+func NewApprovalNoticeWorker(pool *pgxpool.Pool, config *ApprovalNoticeWorkerConfig) (*ApprovalNoticeWorker, error) {
+	if config == nil || config.Webhook == nil || config.Endpoint == "" || config.TTL <= 0 {
+		return nil, errors.New("workers: Endpoint, TTL and Webhook must be set")
+	}
+	probe, _ := json.Marshal(map[string]any{"endpoint": config.Endpoint, "payload": map[string]any{}}) //nolint:errchkjson // plain values
+	if err := config.Webhook.ValidateArgs(probe); err != nil {
+		return nil, fmt.Errorf("approval webhook: %w", err)
+	}
+	schema := config.Schema
+	if schema == "" {
+		schema = outbox.SchemaDefault
+	}
+	return &ApprovalNoticeWorker{
+		endpoint: config.Endpoint,
+		pool:     pool,
+		queries:  intentdb.New(schema),
+		ttl:      config.TTL,
+		webhook:  config.Webhook,
+	}, nil
+}
+
+// Work sends one notice.
+func (w *ApprovalNoticeWorker) Work(ctx context.Context, job *river.Job[ApprovalNoticeArgs]) error {
+	row, err := w.queries.GetByID(ctx, w.pool, job.Args.IntentID)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.State != string(outbox.StateAwaitingApproval)) {
+		return nil // decided (or pruned) before anyone had to be told
+	}
+	if err != nil {
+		return fmt.Errorf("error reading intent: %w", err)
+	}
+	rule := outbox.ApprovalRequested
+	if row.ApprovalRule != nil {
+		rule = *row.ApprovalRule
+	}
+	args, err := json.Marshal(map[string]any{"endpoint": w.endpoint, "payload": ApprovalNotice{
+		Type:      ApprovalNoticeType,
+		ID:        row.ID,
+		Namespace: row.Namespace,
+		Key:       row.Key,
+		Effect:    row.Effect,
+		Args:      row.Args,
+		ArgsSHA:   outbox.ArgsSHA256(row.Args),
+		Rule:      rule,
+		CreatedAt: row.CreatedAt,
+		ExpiresAt: row.CreatedAt.Add(w.ttl),
+	}})
+	if err != nil {
+		return fmt.Errorf("error encoding approval notice: %w", err)
+	}
+	_, err = w.webhook.Execute(ctx, &effects.Request{
+		Args:        args,
+		Attempt:     job.Attempt,
+		IntentID:    row.ID,
+		Namespace:   row.Namespace,
+		ProviderKey: "approval_" + row.ProviderKey,
+	})
+	if err != nil {
+		return fmt.Errorf("approval notice for intent %d: %w", row.ID, err)
+	}
+	return nil
+}
