@@ -28,7 +28,8 @@ const (
 	// ExitUsage is a mistake in the command line.
 	ExitUsage = 2
 	// ExitRefused is a refusal by the contract: idempotency_key_reused,
-	// not_cancellable or not_unknown.
+	// not_cancellable, not_unknown, not_awaiting_approval or
+	// approval_mismatch.
 	ExitRefused = 3
 )
 
@@ -197,7 +198,8 @@ func (a *app) exitCode(err error) int {
 // refused reports whether err is a refusal by the contract (ExitRefused).
 func refused(err error) bool {
 	switch outbox.ErrorCode(err) {
-	case outbox.CodeIdempotencyKeyReused, outbox.CodeNotCancellable, outbox.CodeNotUnknown:
+	case outbox.CodeIdempotencyKeyReused, outbox.CodeNotCancellable, outbox.CodeNotUnknown,
+		outbox.CodeApprovalMismatch, outbox.CodeNotAwaitingApproval:
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@
 // the database is down, a bad configuration), ExitUsage (2: a mistake in the
 // command line, or no command at all, which prints the usage) and
 // ExitRefused (3: the contract refused, with idempotency_key_reused,
-// not_cancellable or not_unknown). --help prints a command's usage on stdout
-// and exits 0. Every read command takes --namespace and --json.
+// not_cancellable, not_unknown, not_awaiting_approval or approval_mismatch).
+// --help prints a command's usage on stdout and exits 0. Every read command
+// takes --namespace and --json.
 package cli

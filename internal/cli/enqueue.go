@@ -17,7 +17,7 @@ import (
 
 var cmdEnqueue = &command{
 	name: "enqueue",
-	args: "--key KEY --effect EFFECT --args JSON|@FILE|- [--requested-by WHO] [--namespace NS]",
+	args: "--key KEY --effect EFFECT --args JSON|@FILE|- [--requested-by WHO] [--require-approval] [--namespace NS]",
 	doc: `Records an intent, in its own transaction, and prints it as JSON with
 "duplicate": false, or, when the key is already recorded for the same action,
 the first intent with "duplicate": true. A key first used for another action
@@ -27,7 +27,11 @@ Arguments are checked against the effects that serve would enable from the
 same environment (OUTBOX_SANDBOX=true: noop, noop_reconcilable,
 noop_at_most_once). With no effect enabled, any valid effect name is accepted
 and the arguments are only checked to be a JSON object; the dispatcher then
-validates them when it runs the intent.`,
+validates them when it runs the intent.
+
+--require-approval records the intent as awaiting_approval: nothing runs
+until an operator approves it (intents approve). OUTBOX_APPROVAL's rules apply
+whether or not it is given.`,
 }
 
 func (a *app) enqueue(ctx context.Context, args []string) error {
@@ -36,6 +40,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	effect := fs.String("effect", "", "the `EFFECT` to carry out, by name (required)")
 	argsFlag := fs.String("args", "", "the effect's arguments: a `JSON` object, @FILE to read it from a file, or - for stdin (required)")
 	requestedBy := fs.String("requested-by", "", "records `WHO` asked (an agent, a user)")
+	requireApproval := fs.Bool("require-approval", false, "wait for an operator's approval before running")
 	namespace := fs.String("namespace", "", "the `NAMESPACE` (default: OUTBOX_NAMESPACE)")
 	if _, err := a.parse(cmdEnqueue, fs, args, 0, 0); err != nil {
 		return err
@@ -86,6 +91,8 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 			Key:         *key,
 			Namespace:   *namespace,
 			RequestedBy: *requestedBy,
+
+			RequireApproval: *requireApproval,
 		})
 	})
 	if err != nil {

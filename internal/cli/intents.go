@@ -22,14 +22,16 @@ import (
 var (
 	cmdIntents = &command{
 		name: "intents",
-		args: "list|show|cancel|resolve",
+		args: "list|show|cancel|resolve|approve|deny",
 		doc: `Reads and moves on the intents of OUTBOX_NAMESPACE.
 
 Subcommands:
   list      list intents, newest first
   show      print one intent, optionally waiting until it is terminal
   cancel    cancel a pending intent
-  resolve   decide the outcome of an unknown intent`,
+  resolve   decide the outcome of an unknown intent
+  approve   release an intent awaiting approval
+  deny      refuse an intent awaiting approval`,
 	}
 	cmdIntentsList = &command{
 		name: "intents list",
@@ -63,11 +65,30 @@ again, knowingly). Prints the intent as JSON. Fails with not_unknown for an
 intent in another state. The command line acts as an operator; the intent
 records who resolved it (resolved_by: cli: and your user name) and the note.`,
 	}
+	cmdIntentsApprove = &command{
+		name: "intents approve",
+		args: "KEY --args-sha256 HEX [--note TEXT] [--namespace NS]",
+		doc: `Approves an intent awaiting approval: it becomes pending and runs. --args-sha256
+must be the intent's args_sha256 as you reviewed it (intents show KEY prints
+it); it is refused with approval_mismatch otherwise, so an approval releases
+only the arguments that were shown. Fails with not_awaiting_approval for an
+intent in another state. The intent records who approved (approved_by: cli:
+and your user name) and the note.`,
+	}
+	cmdIntentsDeny = &command{
+		name: "intents deny",
+		args: "KEY --args-sha256 HEX [--note TEXT] [--namespace NS]",
+		doc: `Denies an intent awaiting approval: it ends cancelled with error
+approval_denied, the note as its message. --args-sha256 and the refusals are
+those of approve. The intent records who denied it (denied_by).`,
+	}
 )
 
 func (a *app) intents(ctx context.Context, args []string) error {
 	return a.subcommand(ctx, cmdIntents, args, map[string]func(context.Context, []string) error{
+		"approve": func(ctx context.Context, args []string) error { return a.intentsDecide(ctx, cmdIntentsApprove, args) },
 		"cancel":  a.intentsCancel,
+		"deny":    func(ctx context.Context, args []string) error { return a.intentsDecide(ctx, cmdIntentsDeny, args) },
 		"list":    a.intentsList,
 		"resolve": a.intentsResolve,
 		"show":    a.intentsShow,
@@ -248,6 +269,45 @@ func (a *app) intentsResolve(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(a.stderr, "resolved intent %s: now %s\n", intent.Key, intent.State)
+	return nil
+}
+
+// intentsDecide is intents approve and intents deny.
+func (a *app) intentsDecide(ctx context.Context, cmd *command, args []string) error {
+	fs := newFlagSet(cmd)
+	sum := fs.String("args-sha256", "", "the intent's args_sha256 as reviewed, `HEX` (required)")
+	note := fs.String("note", "", "records `TEXT` saying why")
+	namespace := namespaceFlag(fs)
+	positional, err := a.parse(cmd, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *sum == "" {
+		return &usageError{cmd: cmd.name, msg: "--args-sha256 is required: the intent's args_sha256 (intents show KEY)"}
+	}
+	client, pool, cfg, err := a.newClient(ctx, namespace)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	decide, verb := client.Approve, "approved"
+	if cmd == cmdIntentsDeny {
+		decide, verb = client.Deny, "denied"
+	}
+	intent, err := decide(ctx, &outbox.ApprovalParams{
+		ArgsSHA256: *sum,
+		By:         cliActor(),
+		Key:        positional[0],
+		Namespace:  cfg.Namespace,
+		Note:       *note,
+	})
+	if err != nil {
+		return unmigrated(cfg, err)
+	}
+	if err := writeJSON(a.stdout, intent); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "%s intent %s: now %s\n", verb, intent.Key, intent.State)
 	return nil
 }
 

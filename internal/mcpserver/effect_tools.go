@@ -151,8 +151,13 @@ var newActionProperty = &jsonschema.Schema{
 	Description: "Set to true only when the user really wants a second action identical to one recorded moments ago under another key (after a possible_duplicate answer). Defaults to false.",
 }
 
-// inputSchema returns the tool's schema with idempotency_key and new_action
-// added.
+var requireApprovalProperty = &jsonschema.Schema{
+	Type:        "boolean",
+	Description: "Set to true to have a person approve this action before it runs (the answer's state is then awaiting_approval). Some actions need approval whatever this says. Defaults to false.",
+}
+
+// inputSchema returns the tool's schema with idempotency_key, new_action
+// and require_approval added.
 func (t *EffectTool) inputSchema() (*jsonschema.Schema, error) {
 	if t.InputSchema == nil || t.InputSchema.Type != "object" {
 		return nil, fmt.Errorf("mcpserver: tool %q: input schema must be of type object", t.Name)
@@ -162,13 +167,14 @@ func (t *EffectTool) inputSchema() (*jsonschema.Schema, error) {
 	for name, p := range s.Properties {
 		props[name] = p
 	}
-	for _, name := range []string{keyArgument, newActionArgument} {
+	for _, name := range []string{keyArgument, newActionArgument, requireApprovalArgument} {
 		if _, ok := props[name]; ok {
 			return nil, fmt.Errorf("mcpserver: tool %q: the effect's arguments must not include %s", t.Name, name)
 		}
 	}
 	props[keyArgument] = idempotencyKeyProperty
 	props[newActionArgument] = newActionProperty
+	props[requireApprovalArgument] = requireApprovalProperty
 	s.Properties = props
 	return s, nil
 }

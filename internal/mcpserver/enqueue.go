@@ -27,6 +27,28 @@ type enqueueAnswer struct {
 	// answered a fresh key with the intent of an identical earlier call:
 	// that call's key.
 	PossibleDuplicateOf string `json:"possible_duplicate_of,omitempty"`
+	// NextStep tells the model what to do about an intent that waits for a
+	// person.
+	NextStep string `json:"next_step,omitempty"`
+}
+
+// intentAnswer is get_intent's answer: the intent, and what to do next
+// when it waits for a person.
+type intentAnswer struct {
+	*outbox.Intent
+	NextStep string `json:"next_step,omitempty"`
+}
+
+// awaitingApprovalStep is NextStep for an intent awaiting approval: the
+// model must neither retry nor route around the brake.
+const awaitingApprovalStep = "waiting for a person to approve; do not retry under another key. Tell the user it awaits approval, and call get_intent with wait_seconds to learn the decision."
+
+// nextStep returns the NextStep of intent.
+func nextStep(intent *outbox.Intent) string {
+	if intent != nil && intent.State == outbox.StateAwaitingApproval {
+		return awaitingApprovalStep
+	}
+	return ""
 }
 
 // effectToolHandler returns the handler of a mutating tool: check the call,
@@ -72,6 +94,8 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 			NewAction:   call.newAction,
 			RequestedBy: requestedBy(req),
 			Tool:        tool.Name,
+
+			RequireApproval: call.requireApproval,
 		})
 		if err != nil {
 			return s.errorResult(ctx, tool.Name, err), nil
@@ -79,7 +103,8 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 		s.logger.DebugContext(ctx, "mcp tool call recorded",
 			"tool", tool.Name, "intent_id", res.Intent.ID, "duplicate", res.Duplicate,
 			"key_source", string(res.Intent.KeySource), "state", string(res.Intent.State))
-		return jsonResult(enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf})
+		return jsonResult(enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf,
+			NextStep: nextStep(res.Intent)})
 	}
 }
 
@@ -162,6 +187,8 @@ type toolCall struct {
 	// newAction is the model's confirmation that an identical call made
 	// moments before under another key was another action.
 	newAction bool
+	// requireApproval asks for a person's approval first.
+	requireApproval bool
 }
 
 // splitArguments takes idempotency_key out of a tool call's arguments,
@@ -210,6 +237,12 @@ func splitArguments(raw json.RawMessage) (*toolCall, error) {
 		if name == newActionArgument {
 			if err := json.Unmarshal(value, &call.newAction); err != nil {
 				return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: newActionArgument, Message: "must be true or false"}
+			}
+			continue
+		}
+		if name == requireApprovalArgument {
+			if err := json.Unmarshal(value, &call.requireApproval); err != nil {
+				return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: requireApprovalArgument, Message: "must be true or false"}
 			}
 			continue
 		}

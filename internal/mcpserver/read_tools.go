@@ -85,9 +85,9 @@ func (s *server) addReadTools(srv *mcp.Server) error {
 	srv.AddTool(&mcp.Tool{
 		Name:  toolGetIntent,
 		Title: "Get an intent",
-		Description: `Reads an intent by its idempotency key: its state (pending, running, succeeded, failed, unknown, cancelled), the provider's result once succeeded, the error once failed. With wait_seconds, waits until the intent reaches a final state or the time is up, and answers as soon as it does.
+		Description: `Reads an intent by its idempotency key: its state (awaiting_approval, pending, running, succeeded, failed, unknown, cancelled), the provider's result once succeeded, the error once failed. With wait_seconds, waits until the intent reaches a final state or the time is up, and answers as soon as it does; an intent awaiting approval answers when a person has decided (approved: pending; denied or expired: cancelled).
 
-"unknown" means the provider could not confirm whether the effect happened: do not retry it; an operator decides.`,
+"unknown" means the provider could not confirm whether the effect happened: do not retry it; an operator decides. "awaiting_approval" means a person must approve it first: do not retry it under another key.`,
 		InputSchema:  getIntentSchema,
 		OutputSchema: intentOutputSchema(),
 		Annotations:  readOnly("Get an intent"),
@@ -113,7 +113,7 @@ func (s *server) getIntent(schema *jsonschema.Resolved) mcp.ToolHandler {
 		if err != nil {
 			return s.errorResult(ctx, toolGetIntent, err), nil
 		}
-		return jsonResult(intent)
+		return jsonResult(intentAnswer{Intent: intent, NextStep: nextStep(intent)})
 	}
 }
 

@@ -42,6 +42,11 @@ const keyArgument = "idempotency_key"
 // another key is a new action; not part of the effect's arguments either.
 const newActionArgument = "new_action"
 
+// requireApprovalArgument is the argument of every mutating tool with which
+// the model asks a person to approve the action before it runs; not part of
+// the effect's arguments.
+const requireApprovalArgument = "require_approval"
+
 // Config configures an MCP server.
 type Config struct {
 	// AutoKeyWindow is the window of the automatic key: identical calls
@@ -216,7 +221,7 @@ const instructions = `outbox records side effects (charges, emails, tickets, web
 
 Give every mutating call an idempotency_key naming the logical action, and reuse that key, unchanged, on every retry of the action: after a timeout, an error, or when unsure whether the first call went through. Use a new key only for a new action. A repeated call answers duplicate: true with the first call's intent and does nothing more. A key reused with other arguments is refused (idempotency_key_reused).
 
-Mutating tools return at once, usually in state "pending". To learn the outcome, call get_intent with the key and wait_seconds (up to 60). "unknown" means the provider could not confirm whether the effect happened: do not retry; an operator decides.
+Mutating tools return at once, usually in state "pending". To learn the outcome, call get_intent with the key and wait_seconds (up to 60). "unknown" means the provider could not confirm whether the effect happened: do not retry; an operator decides. "awaiting_approval" means a person must approve the action before it runs: do not retry it, under this key or another; tell the user, and call get_intent with wait_seconds to learn the decision. You cannot approve actions yourself.
 
 Reads (get_intent, list_intents) are never gated.`
 
