@@ -105,7 +105,9 @@ func (n *notifier) run(ctx context.Context, ready chan struct{}) {
 		Logger: n.client.logger,
 		Name:   "intent waiter",
 		NotifyFunc: func(payload string) {
-			if state, ids, ok := intentdb.ParseChanged(payload); ok && State(state).Terminal() {
+			// Waits return on terminal states, and on an approval (see
+			// Wait); other changes need no wake-up.
+			if state, ids, ok := intentdb.ParseChanged(payload); ok && (State(state).Terminal() || state == intentdb.ChangeApproved) {
 				n.wake(ids)
 			}
 		},

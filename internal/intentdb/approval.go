@@ -7,6 +7,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// ChangeApproved is the state word of an approval's notification on
+// ChannelChanged: the intent is then pending, but a waiter must tell an
+// approval from any other return to pending.
+const ChangeApproved = "approved"
+
 func (q *Queries) renderApproval(r func(string) string) {
 	// Approve and Deny lock the row first (GetForUpdate) and check the
 	// arguments' hash in Go, in the same transaction: the hash is over the
@@ -21,7 +26,7 @@ func (q *Queries) renderApproval(r func(string) string) {
 			WHERE id = $1 AND state = 'awaiting_approval'
 			RETURNING {{columns}}
 		), notified AS (
-			SELECT pg_notify('{{channel_changed}}', 'pending ' || id::text), pg_notify('{{channel_pending}}', '') FROM upd
+			SELECT pg_notify('{{channel_changed}}', '`+ChangeApproved+` ' || id::text), pg_notify('{{channel_pending}}', '') FROM upd
 		)
 		SELECT {{columns}} FROM upd, (SELECT count(*) FROM notified) n`)
 	q.sqlDeny = r(`WITH upd AS (

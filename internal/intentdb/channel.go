@@ -21,7 +21,8 @@ const NotifyWindow = time.Second
 func ChannelPending(schema string) string { return schema + ".intent_pending" }
 
 // ChannelChanged is the notification channel that carries every intent state
-// change in schema. A payload is "<state> <id>[,<id>...]" (see ParseChanged):
+// change in schema. A payload is "<state> <id>[,<id>...]" (see ParseChanged;
+// an approval says ChangeApproved):
 // one notification covers every intent of a batch that moved to that state.
 func ChannelChanged(schema string) string { return schema + ".intent_changed" }
 

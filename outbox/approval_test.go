@@ -1,0 +1,320 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/outbox"
+)
+
+func TestParseApprovalRules(t *testing.T) {
+	t.Parallel()
+
+	rules, err := outbox.ParseApprovalRules(" charge:amount>=10000, webhook:endpoint=payouts,email,ticket:priority!=low,charge:amount<5,charge:amount<=-1.5e2,charge:amount>0,charge:amount=7 ")
+	require.NoError(t, err)
+	require.Equal(t, []outbox.ApprovalRule{
+		{Effect: "charge", Arg: "amount", Op: ">=", Value: "10000"},
+		{Effect: "webhook", Arg: "endpoint", Op: "=", Value: "payouts"},
+		{Effect: "email"},
+		{Effect: "ticket", Arg: "priority", Op: "!=", Value: "low"},
+		{Effect: "charge", Arg: "amount", Op: "<", Value: "5"},
+		{Effect: "charge", Arg: "amount", Op: "<=", Value: "-1.5e2"},
+		{Effect: "charge", Arg: "amount", Op: ">", Value: "0"},
+		{Effect: "charge", Arg: "amount", Op: "=", Value: "7"},
+	}, rules)
+	require.Equal(t, "charge:amount>=10000", rules[0].String())
+	require.Equal(t, "email", rules[2].String())
+
+	none, err := outbox.ParseApprovalRules("none")
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	for _, bad := range []string{
+		"Charge",               // not an effect name
+		"charge:",              // no comparison
+		"charge:amount",        // no operator
+		"charge:amount>=",      // no value
+		"charge:>=5",           // no argument
+		"charge:a.b>=5",        // not a top-level name
+		"charge:currency>eur",  // ordering needs a number
+		"charge:amount>=10>=2", // two operators
+		"charge:amount=>5",     // "=" then ">5"
+		"charge:amount>=0x10",  // not a JSON number
+	} {
+		_, err := outbox.ParseApprovalRules("email," + bad)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), `"`+bad+`"`, "the error names the rule")
+	}
+}
+
+// TestApprovalRules checks the rules as the database's insert trigger
+// applies them, through the Go library and through SQL.
+func TestApprovalRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	rules, err := outbox.ParseApprovalRules("noop:amount>=10000,noop:cents<0,noop:n=3,noop:m!=5,noop:k>1,noop:j<=2,noop:endpoint=payouts,noop:tier!=gold")
+	require.NoError(t, err)
+	// Every rule has an argument the others do not, so each case below
+	// names the one rule it meets.
+	require.NoError(t, b.client.SetApprovalRules(ctx, rules))
+	stored, err := b.client.ApprovalRules(ctx)
+	require.NoError(t, err)
+	require.Len(t, stored, len(rules))
+
+	// The base arguments match no rule; each case changes one.
+	base := map[string]any{"amount": 1, "cents": 1, "n": 1, "m": 5, "k": 0, "j": 3, "endpoint": "audit", "tier": "gold"}
+	with := func(extra string) json.RawMessage {
+		args := map[string]any{}
+		for k, v := range base {
+			args[k] = v
+		}
+		if drop, ok := strings.CutPrefix(extra, "-"); ok {
+			delete(args, drop)
+		} else if extra != "" {
+			require.NoError(t, json.Unmarshal([]byte(extra), &args))
+		}
+		out, err := json.Marshal(args)
+		require.NoError(t, err)
+		return out
+	}
+	cases := []struct {
+		name, args, rule string // rule "" means none matches
+	}{
+		{"NoRule", ``, ""},
+		{"GreaterOrEqualBelow", `{"amount": 9999}`, ""},
+		{"GreaterOrEqualAt", `{"amount": 10000}`, "noop:amount>=10000"},
+		{"GreaterOrEqualSpeltWithExponent", `{"amount": 1e4}`, "noop:amount>=10000"},
+		{"GreaterOrEqualFraction", `{"amount": 10000.5}`, "noop:amount>=10000"},
+		{"LessBelow", `{"cents": -1}`, "noop:cents<0"},
+		{"LessAt", `{"cents": 0}`, ""},
+		{"EqualNumber", `{"n": 3.0}`, "noop:n=3"},
+		{"EqualNumberOther", `{"n": 4}`, ""},
+		{"NotEqualNumber", `{"m": 6}`, "noop:m!=5"},
+		{"GreaterAbove", `{"k": 2}`, "noop:k>1"},
+		{"GreaterAt", `{"k": 1}`, ""},
+		{"LessOrEqualAt", `{"j": 2}`, "noop:j<=2"},
+		{"LessOrEqualAbove", `{"j": 3}`, ""},
+		{"EqualString", `{"endpoint": "payouts"}`, "noop:endpoint=payouts"},
+		{"EqualStringOther", `{"endpoint": "audit"}`, ""},
+		{"NotEqualString", `{"tier": "silver"}`, "noop:tier!=gold"},
+		// A number under a string rule compares by its text; a string
+		// under a numeric rule cannot be compared, and a brake does not
+		// give way to the wrong type.
+		{"NumberUnderStringRule", `{"endpoint": 7}`, ""},
+		{"StringUnderNumericRule", `{"amount": "20000"}`, "noop:amount>=10000"},
+		{"SmallStringUnderNumericRule", `{"amount": "5"}`, "noop:amount>=10000"},
+		// A missing or null argument matches: leaving out what a rule
+		// checks does not lift it.
+		{"MissingArgument", `-amount`, "noop:amount>=10000"},
+		{"MissingStringArgument", `-endpoint`, "noop:endpoint=payouts"},
+		{"NullArgument", `{"m": null}`, "noop:m!=5"},
+	}
+	for i, c := range cases {
+		args := with(c.args)
+		key := "rule-" + c.name
+		res, err := b.enqueue(t, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: args})
+		require.NoError(t, err, c.name)
+		if c.rule == "" {
+			require.Equal(t, outbox.StatePending, res.Intent.State, c.name)
+			require.Nil(t, res.Intent.ApprovalRule, c.name)
+		} else {
+			require.Equal(t, outbox.StateAwaitingApproval, res.Intent.State, c.name)
+			require.Equal(t, c.rule, *res.Intent.ApprovalRule, c.name)
+		}
+
+		// The SQL interface obeys the same rules.
+		var state string
+		var rule *string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT (intent).state, (intent).approval_rule FROM "+
+			pgx.Identifier{b.schema}.Sanitize()+".enqueue('sql', $1, 'noop', $2)", key, string(args)).Scan(&state, &rule), c.name)
+		require.Equal(t, string(res.Intent.State), state, "%s (case %d) over SQL", c.name, i)
+	}
+
+	t.Run("RequestedByTheCaller", func(t *testing.T) {
+		res, err := b.enqueue(t, &outbox.EnqueueParams{Key: "asked", Effect: "noop", Args: with(""), RequireApproval: true})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateAwaitingApproval, res.Intent.State)
+		require.Equal(t, outbox.ApprovalRequested, *res.Intent.ApprovalRule)
+
+		var state, rule string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT (intent).state, (intent).approval_rule FROM "+
+			pgx.Identifier{b.schema}.Sanitize()+".enqueue('sql', 'asked', 'noop', '{}', NULL, true)").Scan(&state, &rule))
+		require.Equal(t, "awaiting_approval", state)
+		require.Equal(t, "requested", rule)
+
+		// Many at once, each with its own wish.
+		results, err := b.client.EnqueueManyTx(ctx, b.pool, []*outbox.EnqueueParams{
+			{Key: "many-1", Effect: "noop", Args: with(""), RequireApproval: true},
+			{Key: "many-2", Effect: "noop", Args: with("")},
+			{Key: "many-3", Effect: "noop", Args: with(`{"amount": 10000}`)},
+		})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateAwaitingApproval, results[0].Intent.State)
+		require.Equal(t, outbox.StatePending, results[1].Intent.State)
+		require.Equal(t, outbox.StateAwaitingApproval, results[2].Intent.State)
+	})
+
+	t.Run("Replaced", func(t *testing.T) {
+		other := setup(t)
+		require.NoError(t, other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop"}}))
+		res, err := other.enqueue(t, &outbox.EnqueueParams{Key: "all-1", Effect: "noop", Args: with("")})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateAwaitingApproval, res.Intent.State)
+
+		require.NoError(t, other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{}))
+		res, err = other.enqueue(t, &outbox.EnqueueParams{Key: "all-2", Effect: "noop", Args: with("")})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatePending, res.Intent.State)
+
+		err = other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop", Arg: "currency", Op: ">", Value: "eur"}})
+		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
+	})
+}
+
+func TestApproveDeny(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	awaiting := func(t *testing.T, key string, args string) *outbox.Intent {
+		t.Helper()
+		res, err := b.enqueue(t, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: json.RawMessage(args), RequireApproval: true})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateAwaitingApproval, res.Intent.State)
+		return res.Intent
+	}
+
+	t.Run("ArgsSHA256IsCanonical", func(t *testing.T) {
+		t.Parallel()
+		a := awaiting(t, "canon-a", `{"b": [1, 2], "a": 10000}`)
+		require.Len(t, a.ArgsSHA256, 64)
+		// The same arguments spelt otherwise hash alike ...
+		require.Equal(t, a.ArgsSHA256, outbox.ArgsSHA256(json.RawMessage(`{"a":1e4,"b":[1.0,2]}`)))
+		// ... and other arguments do not.
+		require.NotEqual(t, a.ArgsSHA256, outbox.ArgsSHA256(json.RawMessage(`{"a":10001,"b":[1,2]}`)))
+		read, err := b.client.Get(ctx, outbox.NamespaceDefault, "canon-a")
+		require.NoError(t, err)
+		require.Equal(t, a.ArgsSHA256, read.ArgsSHA256)
+	})
+
+	t.Run("ApproveReleasesOnlyTheArgsShown", func(t *testing.T) {
+		t.Parallel()
+		intent := awaiting(t, "approve-1", `{"amount": 20000}`)
+		other := outbox.ArgsSHA256(json.RawMessage(`{"amount": 200}`))
+
+		_, err := b.client.Approve(ctx, &outbox.ApprovalParams{Key: "approve-1", ArgsSHA256: other, By: "alice"})
+		require.ErrorIs(t, err, outbox.ErrApprovalMismatch)
+		var oe *outbox.Error
+		require.True(t, errors.As(err, &oe))
+		require.Equal(t, "args_sha256", oe.Field)
+		still, err := b.client.Get(ctx, outbox.NamespaceDefault, "approve-1")
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateAwaitingApproval, still.State, "a mismatch releases nothing")
+		require.Nil(t, still.ApprovedBy)
+
+		_, err = b.client.Approve(ctx, &outbox.ApprovalParams{Key: "approve-1", ArgsSHA256: "not-hex"})
+		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
+
+		approved, err := b.client.Approve(ctx, &outbox.ApprovalParams{Key: "approve-1", ArgsSHA256: intent.ArgsSHA256, By: "alice", Note: "customer confirmed"})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatePending, approved.State)
+		require.Equal(t, "alice", *approved.ApprovedBy)
+		require.NotNil(t, approved.ApprovedAt)
+		require.Equal(t, "customer confirmed", *approved.ApprovalNote)
+		require.Nil(t, approved.DeniedBy)
+		require.Equal(t, 1, b.scalarQuery(t, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
+			" WHERE key = 'approve-1' AND job_id IS NULL AND state = 'pending'"), "pending without a job: the drain dispatches it")
+
+		_, err = b.client.Approve(ctx, &outbox.ApprovalParams{Key: "approve-1", ArgsSHA256: intent.ArgsSHA256})
+		require.ErrorIs(t, err, outbox.ErrNotAwaitingApproval)
+		_, err = b.client.Deny(ctx, &outbox.ApprovalParams{Key: "approve-1", ArgsSHA256: intent.ArgsSHA256})
+		require.ErrorIs(t, err, outbox.ErrNotAwaitingApproval)
+	})
+
+	t.Run("Deny", func(t *testing.T) {
+		t.Parallel()
+		intent := awaiting(t, "deny-1", `{"amount": 20000}`)
+		denied, err := b.client.Deny(ctx, &outbox.ApprovalParams{Key: "deny-1", ArgsSHA256: intent.ArgsSHA256, By: "bob", Note: "not this customer"})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateCancelled, denied.State)
+		require.Equal(t, &outbox.IntentError{Code: "approval_denied", Message: "not this customer"}, denied.Error)
+		require.Equal(t, "bob", *denied.DeniedBy)
+		require.NotNil(t, denied.DeniedAt)
+		require.NotNil(t, denied.CompletedAt)
+		require.Nil(t, denied.ApprovedBy)
+	})
+
+	t.Run("NotFoundAndOtherNamespaces", func(t *testing.T) {
+		t.Parallel()
+		intent := awaiting(t, "ns-1", `{}`)
+		_, err := b.client.Approve(ctx, &outbox.ApprovalParams{Key: "ns-1", Namespace: "elsewhere", ArgsSHA256: intent.ArgsSHA256})
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+	})
+
+	t.Run("CancelWhileAwaiting", func(t *testing.T) {
+		t.Parallel()
+		awaiting(t, "cancel-1", `{}`)
+		cancelled, err := b.client.Cancel(ctx, &outbox.CancelParams{Key: "cancel-1", By: "agent"})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateCancelled, cancelled.State)
+	})
+
+	t.Run("DuplicateAnswersWithTheState", func(t *testing.T) {
+		t.Parallel()
+		awaiting(t, "dup-1", `{"x": 1}`)
+		res, err := b.enqueue(t, &outbox.EnqueueParams{Key: "dup-1", Effect: "noop", Args: json.RawMessage(`{"x": 1}`)})
+		require.NoError(t, err)
+		require.True(t, res.Duplicate)
+		require.Equal(t, outbox.StateAwaitingApproval, res.Intent.State)
+	})
+
+	// A wait that begins while the intent awaits approval returns when a
+	// person decided, not only when the intent is terminal.
+	t.Run("WaitReturnsOnTheDecision", func(t *testing.T) {
+		t.Parallel()
+		intent := awaiting(t, "wait-1", `{"y": 2}`)
+		done := make(chan *outbox.Intent, 1)
+		go func() {
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			got, err := b.client.Wait(waitCtx, outbox.NamespaceDefault, "wait-1")
+			assertNoError(t, err)
+			done <- got
+		}()
+		select {
+		case got := <-done:
+			t.Fatalf("the wait returned before any decision: %s", got.State)
+		case <-time.After(300 * time.Millisecond):
+		}
+		_, err := b.client.Approve(ctx, &outbox.ApprovalParams{Key: "wait-1", ArgsSHA256: intent.ArgsSHA256, By: "carol"})
+		require.NoError(t, err)
+		got := <-done
+		require.Equal(t, outbox.StatePending, got.State)
+		require.Equal(t, "carol", *got.ApprovedBy)
+	})
+
+	t.Run("ApprovalObserver", func(t *testing.T) {
+		t.Parallel()
+		var seen []string
+		client, err := outbox.NewClient(b.pool, &outbox.Config{Schema: b.schema,
+			ApprovalObserverFunc: func(effect string, d outbox.ApprovalDecision) { seen = append(seen, effect+" "+string(d)) }})
+		require.NoError(t, err)
+		one, two := awaiting(t, "obs-1", `{"o": 1}`), awaiting(t, "obs-2", `{"o": 2}`)
+		_, err = client.Approve(ctx, &outbox.ApprovalParams{Key: "obs-1", ArgsSHA256: one.ArgsSHA256})
+		require.NoError(t, err)
+		_, err = client.Deny(ctx, &outbox.ApprovalParams{Key: "obs-2", ArgsSHA256: two.ArgsSHA256})
+		require.NoError(t, err)
+		_, err = client.Deny(ctx, &outbox.ApprovalParams{Key: "obs-2", ArgsSHA256: two.ArgsSHA256})
+		require.Error(t, err)
+		require.Equal(t, "noop approved,noop denied", strings.Join(seen, ","))
+	})
+}
