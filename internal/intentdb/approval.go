@@ -26,7 +26,7 @@ func (q *Queries) renderApproval(r func(string) string) {
 			WHERE id = $1 AND state = 'awaiting_approval'
 			RETURNING {{columns}}
 		), notified AS (
-			SELECT pg_notify('{{channel_changed}}', '`+ChangeApproved+` ' || id::text), pg_notify('{{channel_pending}}', '') FROM upd
+			SELECT pg_notify('{{channel_changed}}', '` + ChangeApproved + ` ' || id::text), pg_notify('{{channel_pending}}', '') FROM upd
 		)
 		SELECT {{columns}} FROM upd, (SELECT count(*) FROM notified) n`)
 	q.sqlDeny = r(`WITH upd AS (
