@@ -196,6 +196,10 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 	dcfg.EffectTimeout = demo.ClientTimeout
 	dcfg.GaugeRefreshInterval = time.Second
 	dcfg.Workers = demo.Workers
+	dcfg.ApprovalRules, err = outbox.ParseApprovalRules(demo.ApprovalRule)
+	if err != nil {
+		return env, err
+	}
 	d, err := daemon.Start(ctx, pool, dcfg)
 	if err != nil {
 		return env, err

@@ -43,6 +43,11 @@ func TestDemo(t *testing.T) {
 	require.Regexp(t, `charge\s+with outbox\s+3\s+\d+\s+1 charge\s+succeeded`, out)
 	require.Regexp(t, `email\s+with outbox\s+2\s+1\s+1 email\s+unknown`, out)
 	require.Regexp(t, `ticket\s+with outbox\s+1\s+1 \(and 1 look-up\)\s+1 ticket\s+succeeded, reconciled`, out)
+	// Part 4: approvals.
+	require.Regexp(t, `the agent asks\s+250\.00 EUR: answered awaiting_approval \(rule charge:amount>=10000\), 0 charges\n`, out)
+	require.Regexp(t, `a wrong approval\s+args_sha256 of 25\.00 EUR instead: approval_mismatch; still awaiting_approval\n`, out)
+	require.Regexp(t, `the right one\s+args_sha256 [0-9a-f]{12}…: succeeded, 1 charge\n`, out)
+	require.Contains(t, out, "ok     an approval for other arguments was refused (approval_mismatch) and released nothing")
 	require.NotContains(t, out, "FAILED")
 	require.Contains(t, out, "Every check held.")
 	require.Regexp(t, `River UI  http://127\.0\.0\.1:\d+/riverui/\n`, out)

@@ -165,6 +165,11 @@ func (s *Story) Tell(ctx context.Context) error {
 	if err := s.modelReEmits(ctx); err != nil {
 		return err
 	}
+
+	s.out.Printf("\n4. A charge above the limit waits for a person (OUTBOX_APPROVAL=%s)\n", ApprovalRule)
+	if err := s.approval(ctx); err != nil {
+		return err
+	}
 	s.printSummary()
 	return nil
 }
@@ -486,7 +491,7 @@ func (s *Story) ticketReconciled(ctx context.Context) error {
 
 // printSummary prints the table of calls made against effects performed.
 func (s *Story) printSummary() {
-	s.out.Printf("\n4. Calls made, against effects performed\n")
+	s.out.Printf("\n5. Calls made, against effects performed\n")
 	tw := s.out.Table()
 	fmt.Fprintf(tw, "   effect\tpath\tagent's calls\tprovider requests\teffects\toutcome\n")
 	fmt.Fprintf(tw, "   charge\twithout outbox\t%d\t%d\t%s\tthe failure: one purchase, charged twice\n",
