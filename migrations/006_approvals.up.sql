@@ -92,21 +92,20 @@ $$;
 -- rows.
 CREATE FUNCTION {{schema}}.outbox_intent_before_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    r record;
 BEGIN
     NEW.provider_key := {{schema}}.outbox_provider_key(NEW.namespace, NEW.key, NEW.id);
     IF NEW.state = 'awaiting_approval' THEN
         NEW.approval_rule := coalesce(NEW.approval_rule, 'requested');
     ELSIF NEW.state = 'pending' THEN
-        FOR r IN SELECT rule, arg, op, value, num FROM {{schema}}.outbox_approval_rule
-                 WHERE effect = NEW.effect ORDER BY position LOOP
-            IF {{schema}}.outbox_approval_matches(r.arg, r.op, r.value, r.num, NEW.args) THEN
-                NEW.state := 'awaiting_approval';
-                NEW.approval_rule := r.rule;
-                EXIT;
-            END IF;
-        END LOOP;
+        -- One SELECT INTO rather than a loop over the rules: a loop opens a
+        -- cursor per insert, which cost more than the rest of the trigger.
+        SELECT r.rule INTO NEW.approval_rule FROM {{schema}}.outbox_approval_rule r
+        WHERE r.effect = NEW.effect AND {{schema}}.outbox_approval_matches(r.arg, r.op, r.value, r.num, NEW.args)
+        ORDER BY r.position
+        LIMIT 1;
+        IF NEW.approval_rule IS NOT NULL THEN
+            NEW.state := 'awaiting_approval';
+        END IF;
     END IF;
     RETURN NEW;
 END;

@@ -344,29 +344,64 @@ func TestEnqueueManyTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	t.Run("NewAndDuplicates", func(t *testing.T) {
+	// In a transaction, the batch is one set-based statement; on a pool,
+	// the SQL function's. Both answer alike.
+	for _, inTx := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NewAndDuplicates/InTx=%t", inTx), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k1", Effect: "noop", Args: map[string]any{"i": 1}})
+			require.NoError(t, err)
+			params := make([]*outbox.EnqueueParams, 0, 100)
+			for i := range 100 {
+				params = append(params, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: map[string]any{"i": i}})
+			}
+			// The same key twice within one batch is one intent.
+			params = append(params, &outbox.EnqueueParams{Key: "k5", Effect: "noop", Args: map[string]any{"i": 5}})
+			var res []*outbox.EnqueueResult
+			if inTx {
+				tx, err := b.pool.Begin(ctx)
+				require.NoError(t, err)
+				defer tx.Rollback(ctx) //nolint:errcheck
+				res, err = b.client.EnqueueManyTx(ctx, tx, params)
+				require.NoError(t, err)
+				require.NoError(t, tx.Commit(ctx))
+			} else {
+				res, err = b.client.EnqueueManyTx(ctx, b.pool, params)
+				require.NoError(t, err)
+			}
+			require.Len(t, res, 101)
+			for i, r := range res {
+				require.Equal(t, params[i].Key, r.Intent.Key)
+			}
+			require.True(t, res[1].Duplicate)
+			require.False(t, res[0].Duplicate)
+			require.False(t, res[5].Duplicate)
+			require.True(t, res[100].Duplicate)
+			require.Equal(t, res[5].Intent.ID, res[100].Intent.ID)
+			require.Equal(t, 100, b.count(t, "outbox_intent"))
+		})
+	}
+
+	// A key repeated within one batch for another action is a conflict:
+	// nothing of the batch is written, and the transaction goes on.
+	t.Run("ConflictWithinTheBatch", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k1", Effect: "noop", Args: map[string]any{"i": 1}})
+		tx, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
-		params := make([]*outbox.EnqueueParams, 0, 100)
-		for i := range 100 {
-			params = append(params, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: map[string]any{"i": i}})
-		}
-		// The same key twice within one batch is one intent.
-		params = append(params, &outbox.EnqueueParams{Key: "k5", Effect: "noop", Args: map[string]any{"i": 5}})
-		res, err := b.client.EnqueueManyTx(ctx, b.pool, params)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		_, err = b.client.EnqueueManyTx(ctx, tx, []*outbox.EnqueueParams{
+			{Key: "a", Effect: "noop", Args: map[string]any{"i": 1}},
+			{Key: "b", Effect: "noop", Args: map[string]any{}},
+			{Key: "a", Effect: "noop", Args: map[string]any{"i": 2}},
+		})
+		require.ErrorIs(t, err, outbox.ErrKeyReused)
+		res, err := b.client.EnqueueManyTx(ctx, tx, []*outbox.EnqueueParams{{Key: "c", Effect: "noop", Args: map[string]any{}}})
 		require.NoError(t, err)
-		require.Len(t, res, 101)
-		for i, r := range res {
-			require.Equal(t, params[i].Key, r.Intent.Key)
-		}
-		require.True(t, res[1].Duplicate)
 		require.False(t, res[0].Duplicate)
-		require.False(t, res[5].Duplicate)
-		require.True(t, res[100].Duplicate)
-		require.Equal(t, res[5].Intent.ID, res[100].Intent.ID)
-		require.Equal(t, 100, b.count(t, "outbox_intent"))
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, 1, b.count(t, "outbox_intent"))
 	})
 
 	t.Run("ConflictKeepsNothingOfTheBatch", func(t *testing.T) {
@@ -895,5 +930,68 @@ func TestEnqueueTxUnderStricterIsolation(t *testing.T) {
 			require.True(t, res.Duplicate)
 			require.NoError(t, tx.Commit(ctx))
 		})
+	}
+}
+
+// A batch in a transaction that waits on another transaction's uncommitted
+// key: when that one commits, the batch's set-based statement cannot see
+// the row it lost to, and the batch falls back to the function, which
+// answers duplicate (or, for another action, conflict with nothing of the
+// batch written).
+func TestEnqueueManyTxWaitsForConcurrentSameKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name     string
+		args     map[string]any
+		conflict bool
+	}{{"SameAction", map[string]any{"a": 1}, false}, {"OtherAction", map[string]any{"a": 2}, true}} {
+		key := "race-" + tc.name
+		first, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		res1, err := b.client.EnqueueTx(ctx, first, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: map[string]any{"a": 1}})
+		require.NoError(t, err)
+
+		second, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		var pid int
+		require.NoError(t, second.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		type result struct {
+			res []*outbox.EnqueueResult
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := b.client.EnqueueManyTx(ctx, second, []*outbox.EnqueueParams{
+				{Key: key + "-other", Effect: "noop", Args: map[string]any{}},
+				{Key: key, Effect: "noop", Args: tc.args},
+			})
+			done <- result{res, err}
+		}()
+		require.Eventually(t, func() bool {
+			var waiting bool
+			err := b.pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+			return err == nil && waiting
+		}, 10*time.Second, 5*time.Millisecond)
+		require.NoError(t, first.Commit(ctx))
+
+		r := <-done
+		if tc.conflict {
+			require.ErrorIs(t, r.err, outbox.ErrKeyReused, tc.name)
+		} else {
+			require.NoError(t, r.err, tc.name)
+			require.False(t, r.res[0].Duplicate)
+			require.True(t, r.res[1].Duplicate)
+			require.Equal(t, res1.Intent.ID, r.res[1].Intent.ID)
+		}
+		require.NoError(t, second.Commit(ctx), "the transaction stays usable")
+		n := b.scalarQuery(t, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" WHERE key = $1", key+"-other")
+		if tc.conflict {
+			require.Equal(t, 0, n, "a conflict writes nothing of the batch")
+		} else {
+			require.Equal(t, 1, n)
+		}
 	}
 }

@@ -41,6 +41,12 @@ type Config struct {
 	Count int
 	// Logger receives progress. Defaults to a logger that discards.
 	Logger *slog.Logger
+	// SchemaPrefix starts the name of each lane's throwaway schema.
+	// Defaults to "bench_".
+	SchemaPrefix string
+	// ProgressFunc, when set, is called as units complete (about every
+	// 1% of Count) with the lane's name and how many completed.
+	ProgressFunc func(lane string, done, total int)
 	// Workers is River's MaxWorkers per queue, on both sides. Defaults to 50.
 	Workers int
 }
@@ -58,6 +64,9 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.Workers == 0 {
 		out.Workers = 50
+	}
+	if out.SchemaPrefix == "" {
+		out.SchemaPrefix = "bench_"
 	}
 	return &out
 }
@@ -80,6 +89,10 @@ type Result struct {
 	// TxP50 and TxP99 are the callers' transaction times (begin to commit).
 	TxP50 time.Duration `json:"tx_p50_ns"`
 	TxP99 time.Duration `json:"tx_p99_ns"`
+	// PeakRSS is the most resident memory this process (callers, River,
+	// and for outbox the dispatcher) held during the measurement, sampled
+	// every 50 ms; 0 where /proc is not available.
+	PeakRSS int64 `json:"peak_rss_bytes"`
 }
 
 func (r *Result) String() string {
@@ -269,6 +282,7 @@ func measure(ctx context.Context, sys system, name string, cfg *Config, offered 
 		errOnce   sync.Once
 	)
 	done := make(chan struct{})
+	step := max(1, cfg.Count/100)
 	go func() {
 		defer close(done)
 		for id := range sys.completed() {
@@ -282,11 +296,16 @@ func measure(ctx context.Context, sys system, name string, cfg *Config, offered 
 			}
 			n := len(lat)
 			mu.Unlock()
+			if cfg.ProgressFunc != nil && (n%step == 0 || n == cfg.Count) {
+				cfg.ProgressFunc(name, n, cfg.Count)
+			}
 			if n == cfg.Count {
 				return
 			}
 		}
 	}()
+	rss := sampleRSS()
+	defer rss.stop()
 
 	start := time.Now()
 	var interval time.Duration
@@ -356,6 +375,7 @@ func measure(ctx context.Context, sys system, name string, cfg *Config, offered 
 		P99:         pct(lat, 0.99),
 		TxP50:       pct(txTimes, 0.50),
 		TxP99:       pct(txTimes, 0.99),
+		PeakRSS:     rss.stop(),
 	}, nil
 }
 
@@ -390,19 +410,20 @@ var Kinds = []Kind{
 // Run measures one kind in a fresh schema, which it drops afterwards.
 func Run(ctx context.Context, pool *pgxpool.Pool, kind Kind, cfg *Config, offered float64) (*Result, error) {
 	cfg = cfg.withDefaults()
-	schema := fmt.Sprintf("bench_%x", rand.Uint32())
-	m, err := migrations.New(pool, schema)
+	schema, drop, err := throwawaySchema(ctx, pool, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.Up(ctx); err != nil {
-		return nil, err
-	}
-	defer func() {
-		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	}()
+	defer drop()
+	return runIn(ctx, pool, schema, kind, cfg, offered)
+}
 
-	var sys system
+// runIn measures one kind in schema, already migrated.
+func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cfg *Config, offered float64) (*Result, error) {
+	var (
+		sys system
+		err error
+	)
 	if kind.Guarantee == "" {
 		sys, err = newRiverSystem(ctx, pool, schema, kind.Unique, cfg)
 	} else {
@@ -418,6 +439,26 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kind Kind, cfg *Config, offere
 		err = serr
 	}
 	return res, err
+}
+
+// throwawaySchema creates and migrates a schema of its own for one lane;
+// drop removes it, even when ctx has ended.
+func throwawaySchema(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (schema string, drop func(), err error) {
+	schema = fmt.Sprintf("%s%x", cfg.SchemaPrefix, rand.Uint32())
+	drop = func() {
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = pool.Exec(dropCtx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	}
+	m, err := migrations.New(pool, schema)
+	if err == nil {
+		_, err = m.Up(ctx)
+	}
+	if err != nil {
+		drop()
+		return "", nil, err
+	}
+	return schema, drop, nil
 }
 
 // Comparison is the outcome of Compare.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,6 +86,49 @@ func BenchmarkOne(b *testing.B) {
 		b.Logf("%s", r)
 		b.ReportMetric(r.Rate, "units/s")
 	}
+}
+
+// BenchmarkGrowth measures what a table of terminal intents costs, for
+// each size of BENCH_SIZES (default 0,1000000,5000000; docs/design.md, "Cost
+// as the table grows"):
+//
+//	TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
+//	    go test ./internal/bench -run '^$' -bench Growth -benchtime 1x -timeout 60m
+func BenchmarkGrowth(b *testing.B) {
+	sizes := []int{0, 1_000_000, 5_000_000}
+	if s := os.Getenv("BENCH_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			require.NoError(b, err)
+			sizes = append(sizes, n)
+		}
+	}
+	count, _ := strconv.Atoi(os.Getenv("BENCH_COUNT"))
+	pool := testdb.Pool(b)
+	for b.Loop() {
+		results, err := Growth(context.Background(), pool, sizes, &Config{Count: count})
+		require.NoError(b, err)
+		for _, r := range results {
+			b.Logf("terminal %9d  fill %6.1fs  table %6.0f MB  indexes %6.0f MB  enqueue p50 %5.2fms p99 %5.2fms  during prune p99 %5.2fms  drain %6.0f/s  pruned %8d in %6.2fs",
+				r.Terminal, r.FillTime.Seconds(), float64(r.TableBytes)/(1<<20), float64(r.IndexBytes)/(1<<20),
+				ms(r.EnqueueP50), ms(r.EnqueueP99), ms(r.EnqueueDuringPruneP99), r.Drain.Rate, r.Pruned, r.PruneTime.Seconds())
+		}
+	}
+}
+
+// TestGrowthSmall checks the growth harness on a small table.
+func TestGrowthSmall(t *testing.T) {
+	t.Parallel()
+	results, err := Growth(context.Background(), testdb.Pool(t), []int{8000}, &Config{Count: 200, Clients: 4})
+	require.NoError(t, err)
+	r := results[0]
+	require.Equal(t, 8000, r.Terminal)
+	require.InDelta(t, 1000, r.Pruned, 2, "an eighth of the rows is past retention")
+	require.Positive(t, r.TableBytes)
+	require.Positive(t, r.IndexBytes)
+	require.LessOrEqual(t, r.EnqueueP50, r.EnqueueP99)
+	require.Equal(t, 200, r.Drain.Count)
 }
 
 // BenchmarkEnqueueMany measures batch enqueue: 1,000 intents per

@@ -96,6 +96,7 @@ var commands = []struct {
 	{"intents", "list, show, cancel or resolve intents", (*app).intents},
 	{"mcp", "serve MCP (the agents' tools) on stdio", (*app).mcp},
 	{"demo", "tell the story outbox exists for, with real calls, then serve", (*app).demo},
+	{"bench", "measure outbox against plain River on DATABASE_URL", (*app).bench},
 	{"version", "print the version", (*app).version},
 }
 

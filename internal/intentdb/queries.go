@@ -15,6 +15,7 @@ import (
 type Queries struct {
 	schema string
 
+	sqlEnqueueManyFast                                                                        string
 	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
 	sqlDrainFailInvalid, sqlDrainMark, sqlDrainSelect                                         string
 	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
@@ -80,6 +81,40 @@ func (q *Queries) renderClient(r func(string) string) {
 		FROM {{schema}}.outbox_enqueue_try($1, $2, $3, $4, $5, $6, $7) r`)
 	q.sqlEnqueueMany = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict, r.ord
 		FROM {{schema}}.outbox_enqueue_many($1, $2, $3, $4, $5, $6, $7) r`)
+	// The batch's usual case, in a caller's transaction: one set-based
+	// INSERT, four times faster than outbox_enqueue_many's statement per
+	// row. A key repeated within the batch is inserted once (its first
+	// occurrence); the others answer as duplicates of it, or conflicts.
+	// EnqueueMany runs it in a savepoint and falls back to
+	// outbox_enqueue_many when any key conflicts or lost a race (no
+	// answer), so that a conflict still writes nothing.
+	q.sqlEnqueueManyFast = r(`WITH input AS (
+			SELECT u.*, row_number() OVER (PARTITION BY u.namespace, u.key ORDER BY u.ord) AS rn
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[])
+				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, ord)
+		), ins AS (
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state)
+			SELECT namespace, key, effect, args, requested_by, key_source,
+			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END
+			FROM input WHERE rn = 1 ORDER BY ord
+			ON CONFLICT (namespace, key) DO NOTHING
+			RETURNING {{columns}}
+		), notified AS (
+			SELECT pg_notify('{{channel_pending}}', ''),
+			       set_config('{{guc_notified}}', clock_timestamp()::text, false)
+			WHERE EXISTS (SELECT 1 FROM ins)
+			  AND coalesce(nullif(current_setting('{{guc_notified}}', true), ''), '-infinity')::timestamptz
+			      <= clock_timestamp() - interval '{{notify_window}}'
+		)
+		SELECT ` + columns("t.") + `, t.duplicate, t.conflict, t.ord - 1 FROM (
+			SELECT ` + columns("ins.") + `, input.rn > 1 AS duplicate,
+			       NOT (ins.effect = input.effect AND ins.args = input.args) AS conflict, input.ord
+			FROM input JOIN ins ON ins.namespace = input.namespace AND ins.key = input.key
+			UNION ALL
+			SELECT ` + columns("i.") + `, true, NOT (i.effect = input.effect AND i.args = input.args), input.ord
+			FROM input JOIN {{schema}}.outbox_intent i ON i.namespace = input.namespace AND i.key = input.key
+			WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.namespace = input.namespace AND ins.key = input.key)
+		) t, (SELECT count(*) FROM notified) n`)
 	q.sqlGet = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent WHERE namespace = $1 AND key = $2`)
 	q.sqlList = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent
 		WHERE namespace = $1
@@ -192,10 +227,14 @@ func (q *Queries) Enqueue(ctx context.Context, db Querier, e *EnqueueRow) (*Enqu
 	return res, nil
 }
 
-// EnqueueMany records many intents with a single statement on db,
-// atomically (the SQL function's exception block is a subtransaction). The
-// results are in the order of es. When any key conflicts, nothing is
-// written; the conflicting results say so.
+// EnqueueMany records many intents on db atomically, or finds those first
+// recorded under their keys. The results are in the order of es. When any
+// key conflicts, nothing is written; the conflicting results say so.
+//
+// In a transaction (a pgx.Tx) it is one set-based statement in a
+// savepoint; elsewhere, or when that statement meets a conflict or a race,
+// it is outbox_enqueue_many's, whose exception block is a subtransaction
+// and whose statements take fresh snapshots.
 func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow) ([]*EnqueueResult, error) {
 	var (
 		namespaces   = make([]string, len(es))
@@ -210,27 +249,63 @@ func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow)
 		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i], approvals[i] =
 			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval
 	}
-	rows, err := db.Query(ctx, q.sqlEnqueueMany, namespaces, keys, effectNames, args, requestedBys, keySources, approvals)
+	params := []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals}
+	if tx, ok := db.(pgx.Tx); ok {
+		results, err := q.enqueueManyFast(ctx, tx, len(es), params)
+		if results != nil || err != nil {
+			return results, err
+		}
+	}
+	return collectMany(db.Query(ctx, q.sqlEnqueueMany, params...))(len(es))
+}
+
+// enqueueManyFast runs sqlEnqueueManyFast in a savepoint of tx. It returns
+// nil results (and the savepoint rolled back) when the batch needs the
+// function's path: a conflict, or a key that got no answer.
+func (q *Queries) enqueueManyFast(ctx context.Context, tx pgx.Tx, n int, params []any) ([]*EnqueueResult, error) {
+	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	results := make([]*EnqueueResult, len(es))
-	for rows.Next() {
-		res := &EnqueueResult{}
-		var ord int
-		if res.Row, err = scanRow(rows, &res.Duplicate, &res.Conflict, &ord); err != nil {
-			return nil, err
-		}
-		if ord < 0 || ord >= len(es) {
-			return nil, fmt.Errorf("enqueue returned position %d for %d intents", ord, len(es))
-		}
-		results[ord] = res
-	}
-	if err := rows.Err(); err != nil {
+	results, err := collectMany(sp.Query(ctx, q.sqlEnqueueManyFast, params...))(n)
+	if err != nil {
+		_ = sp.Rollback(ctx)
 		return nil, err
 	}
-	return results, nil
+	for _, res := range results {
+		if res == nil || res.Conflict {
+			return nil, sp.Rollback(ctx)
+		}
+	}
+	return results, sp.Commit(ctx)
+}
+
+// collectMany reads a batch's answers, "columns, duplicate, conflict, ord"
+// (ord 0-based), into results by position. A position without an answer is
+// nil.
+func collectMany(rows pgx.Rows, err error) func(n int) ([]*EnqueueResult, error) {
+	return func(n int) ([]*EnqueueResult, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		results := make([]*EnqueueResult, n)
+		for rows.Next() {
+			res := &EnqueueResult{}
+			var ord int
+			if res.Row, err = scanRow(rows, &res.Duplicate, &res.Conflict, &ord); err != nil {
+				return nil, err
+			}
+			if ord < 0 || ord >= n {
+				return nil, fmt.Errorf("enqueue returned position %d for %d intents", ord, n)
+			}
+			results[ord] = res
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		return results, nil
+	}
 }
 
 // Get returns the intent (namespace, key), or pgx.ErrNoRows.

@@ -1,0 +1,69 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/testdb"
+)
+
+// outboxd bench on a small count: every lane measured, the figures
+// plausible, every schema it made dropped.
+func TestBench(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+
+	res := runEnv(t, env, nil, "bench", "--count", "0")
+	require.Equal(t, 2, res.code)
+	require.Contains(t, res.stderr, "--count must be from 100")
+
+	res = runEnv(t, env, nil, "bench", "--count", "200", "--clients", "4", "--workers", "5", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var report struct {
+		Lanes []struct {
+			Name  string  `json:"name"`
+			Ratio float64 `json:"ratio"`
+			Max   struct {
+				Count   int     `json:"count"`
+				Rate    float64 `json:"rate_per_s"`
+				PeakRSS int64   `json:"peak_rss_bytes"`
+			} `json:"max"`
+			Paced struct {
+				P50 int64 `json:"p50_ns"`
+				P99 int64 `json:"p99_ns"`
+			} `json:"paced"`
+		} `json:"lanes"`
+		OfferedRate float64 `json:"offered_rate_per_s"`
+		Batch       struct {
+			River struct {
+				Rate float64 `json:"rate_per_s"`
+			} `json:"river"`
+			Outbox struct {
+				Rate float64 `json:"rate_per_s"`
+			} `json:"outbox"`
+		} `json:"batch"`
+		BatchRatio float64 `json:"batch_ratio"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &report), res.stdout)
+	require.Len(t, report.Lanes, 4)
+	require.Equal(t, "river InsertTx", report.Lanes[0].Name)
+	require.InDelta(t, 1.0, report.Lanes[0].Ratio, 1e-9)
+	for _, l := range report.Lanes {
+		require.Equal(t, 200, l.Max.Count, l.Name)
+		require.Positive(t, l.Max.Rate, l.Name)
+		require.Positive(t, l.Max.PeakRSS, l.Name)
+		require.LessOrEqual(t, l.Paced.P50, l.Paced.P99, l.Name)
+		require.Positive(t, l.Paced.P99, l.Name)
+	}
+	require.InDelta(t, report.Lanes[0].Max.Rate/2, report.OfferedRate, 1e-6)
+	require.Positive(t, report.Batch.River.Rate)
+	require.InDelta(t, report.Batch.Outbox.Rate/report.Batch.River.Rate, report.BatchRatio, 1e-9)
+	require.Contains(t, res.stderr, "bench: lane 1 of 10: river InsertTx")
+
+	var left int
+	require.NoError(t, testdb.Pool(t).QueryRow(t.Context(),
+		`SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'outboxd\_bench\_%'`).Scan(&left))
+	require.Zero(t, left, "bench leaves no schema behind")
+}
