@@ -1,5 +1,5 @@
 // Package cli is outboxd's command line: serve, migrate, enqueue, intents,
-// mcp, demo and version. cmd/outboxd only hands it the arguments and the
+// mcp, demo, bench and version. cmd/outboxd only hands it the arguments and the
 // standard streams; tests run it in process with Run, an environment of their
 // own and buffers.
 //
