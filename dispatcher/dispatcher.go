@@ -41,6 +41,15 @@ type Config struct {
 	// awaiting_approval (workers.ApprovalNoticeWorker). Defaults to none.
 	ApprovalWebhook string
 
+	// BatchFirstAttempts, an experiment off by default, dispatches the
+	// intents of deduplicated effects that one drain takes as one River job
+	// per effect and namespace (workers.IntentBatchWorker), which runs their
+	// first attempts; an intent needing another attempt gets a job of its
+	// own. It saves River's writes per intent; docs/design.md ("First
+	// attempts in batches") has what it was measured to gain and why it is
+	// not the default.
+	BatchFirstAttempts bool
+
 	// DrainBatchSize is how many intents one drain transaction dispatches.
 	// Defaults to DrainBatchSizeDefault.
 	DrainBatchSize int
@@ -202,6 +211,15 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	riverWorkers := river.NewWorkers()
 	if err := river.AddWorkerSafely(riverWorkers, worker); err != nil {
 		return nil, err
+	}
+	if c.BatchFirstAttempts {
+		batcher, err := workers.NewIntentBatchWorker(pool, worker, c.Workers)
+		if err != nil {
+			return nil, err
+		}
+		if err := river.AddWorkerSafely(riverWorkers, batcher); err != nil {
+			return nil, err
+		}
 	}
 	if err := river.AddWorkerSafely(riverWorkers, pruner); err != nil {
 		return nil, err

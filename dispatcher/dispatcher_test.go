@@ -357,3 +357,98 @@ func TestDispatcherStopsCleanly(t *testing.T) {
 	// Its deadline passed while it hung: at most once, so unknown.
 	require.Equal(t, outbox.StateUnknown, hung.State)
 }
+
+// TestBatchFirstAttempts covers the experiment of Config.BatchFirstAttempts:
+// deduplicated intents are dispatched in batch jobs, each ends once, and an
+// intent whose first attempt does not end it goes on to a job of its own.
+func TestBatchFirstAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	batchKind := workers.IntentBatchArgs{}.Kind()
+
+	t.Run("DrainsIntoBatches", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.enqueueN(t, 300, "noop", map[string]any{})
+		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "amo", Effect: "noop_at_most_once", Args: map[string]any{}})
+		require.NoError(t, err)
+		d := b.dispatcher(t, &Config{BatchFirstAttempts: true})
+		n, err := d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 301, n)
+		// One batch for the deduplicated effect; the at-most-once intent,
+		// which must be claimed, has a job of its own.
+		require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")+` WHERE kind = '`+batchKind+`'`))
+		require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")+` WHERE kind = 'outbox_intent' AND queue = 'noop_at_most_once'`))
+		// Every deduplicated intent points at the batch, which lists it.
+		require.Equal(t, 300, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
+			` j ON j.id = i.job_id AND j.kind = '`+batchKind+`' AND j.args->'intent_ids' @> to_jsonb(i.id) AND j.queue = i.effect`))
+	})
+
+	t.Run("EachIntentEndsOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A short effect timeout, so that the hanging intents' first
+		// attempts end (ambiguous: the noop recorded its effect first).
+		d := b.dispatcher(t, &Config{BatchFirstAttempts: true, EffectTimeout: time.Second})
+		completed, cancelSub := d.River().Subscribe(river.EventKindJobCompleted)
+		defer cancelSub()
+		params := make([]*outbox.EnqueueParams, 0, 203)
+		for i := range 200 {
+			params = append(params, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: map[string]any{"i": i}})
+		}
+		for i := range 3 {
+			params = append(params, &outbox.EnqueueParams{Key: fmt.Sprintf("hang%d", i), Effect: "noop", Args: map[string]any{"_noop": map[string]any{"hang": "after"}}})
+		}
+		_, err := b.client.EnqueueManyTx(ctx, b.pool, params)
+		require.NoError(t, err)
+		require.NoError(t, d.Start(ctx))
+		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+
+		for _, p := range params {
+			waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			got, err := b.client.Wait(waitCtx, "", p.Key)
+			cancel()
+			require.NoError(t, err)
+			require.Equal(t, outbox.StateSucceeded, got.State, p.Key)
+			if len(p.Key) > 4 && p.Key[:4] == "hang" {
+				require.Equal(t, 2, got.Attempts, "the second attempt, in a job of its own, resent under the same key")
+			} else {
+				require.Equal(t, 1, got.Attempts)
+			}
+		}
+		count, err := noop.Count(ctx, b.pool, b.schema, "")
+		require.NoError(t, err)
+		require.Equal(t, 203, count)
+		// The hanging ones were handed over to jobs of their own; the
+		// others stayed with batches.
+		require.Equal(t, 3, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
+			` j ON j.id = i.job_id AND j.kind = 'outbox_intent' WHERE i.key LIKE 'hang%'`))
+		require.Equal(t, 200, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
+			` j ON j.id = i.job_id AND j.kind = '`+batchKind+`' WHERE i.key LIKE 'k%'`))
+
+		// A retry of a completed batch (River UI, or a rescue) runs it
+		// again, and it does nothing.
+		var batchID int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM `+b.table("river_job")+` WHERE kind = $1 ORDER BY id LIMIT 1`, batchKind).Scan(&batchID))
+		var before time.Time
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(updated_at) FROM `+b.table("outbox_intent")).Scan(&before))
+		_, err = d.River().JobRetry(ctx, batchID)
+		require.NoError(t, err)
+		timeout := time.After(30 * time.Second)
+		for again := false; !again; {
+			select {
+			case ev := <-completed:
+				again = ev.Job.ID == batchID && ev.Job.Attempt == 2
+			case <-timeout:
+				t.Fatal("the retried batch did not complete")
+			}
+		}
+		count, err = noop.Count(ctx, b.pool, b.schema, "")
+		require.NoError(t, err)
+		require.Equal(t, 203, count)
+		var after time.Time
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(updated_at) FROM `+b.table("outbox_intent")).Scan(&after))
+		require.Equal(t, before, after, "no intent was written again")
+	})
+}

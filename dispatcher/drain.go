@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,14 +23,16 @@ type drainer struct {
 	// approvalWebhook is Config.ApprovalWebhook: when set, each drain also
 	// inserts a notice job for every intent newly awaiting approval.
 	approvalWebhook string
-	batchSize       int
-	effects         *effects.Registry
-	logger          *slog.Logger
-	maxAttempts     int
-	pollInterval    time.Duration
-	pool            *pgxpool.Pool
-	queries         *intentdb.Queries
-	river           *river.Client[pgx.Tx]
+	// batchFirstAttempts is Config.BatchFirstAttempts.
+	batchFirstAttempts bool
+	batchSize          int
+	effects            *effects.Registry
+	logger             *slog.Logger
+	maxAttempts        int
+	pollInterval       time.Duration
+	pool               *pgxpool.Pool
+	queries            *intentdb.Queries
+	river              *river.Client[pgx.Tx]
 
 	// beforeCommitFunc, when set by tests, runs inside the drain transaction
 	// after the jobs were inserted and the intents marked, before commit.
@@ -37,15 +41,16 @@ type drainer struct {
 
 func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config, maxAttempts int) *drainer {
 	return &drainer{
-		approvalWebhook: config.ApprovalWebhook,
-		batchSize:       config.DrainBatchSize,
-		effects:         config.Effects,
-		logger:          config.Logger,
-		maxAttempts:     maxAttempts,
-		pollInterval:    config.DrainPollInterval,
-		pool:            pool,
-		queries:         intentdb.New(config.Schema),
-		river:           client,
+		approvalWebhook:    config.ApprovalWebhook,
+		batchFirstAttempts: config.BatchFirstAttempts,
+		batchSize:          config.DrainBatchSize,
+		effects:            config.Effects,
+		logger:             config.Logger,
+		maxAttempts:        maxAttempts,
+		pollInterval:       config.DrainPollInterval,
+		pool:               pool,
+		queries:            intentdb.New(config.Schema),
+		river:              client,
 	}
 }
 
@@ -67,10 +72,11 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	var (
-		ids     []int64
 		params  []river.InsertManyParams
+		owners  [][]int64 // the intents of each job in params
 		badIDs  []int64
 		badErrs []json.RawMessage
+		batches = map[string][]workers.IntentBatchArgs{}
 	)
 	for _, u := range batch {
 		effect, ok := d.effects.Get(u.Effect)
@@ -82,18 +88,29 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 			badErrs = append(badErrs, intentdb.ErrorJSON("invalid_args", err.Error()))
 			continue
 		}
-		ids = append(ids, u.ID)
-		params = append(params, river.InsertManyParams{
-			Args: workers.IntentArgs{IntentID: u.ID},
-			InsertOpts: &river.InsertOpts{
-				MaxAttempts: d.maxAttempts,
-				// For River UI: whose intent, of which effect, without
-				// leaving it. Never the key or the arguments, which can
-				// carry personal data.
-				Metadata: jobMetadata(u.Namespace, u.Effect),
-				Queue:    u.Effect,
-			},
-		})
+		if d.batchFirstAttempts && effects.GuaranteeOf(effect, u.Args) == effects.GuaranteeDeduplicated {
+			// One batch per effect and namespace: the batch job's queue
+			// is the effect and its metadata the namespace.
+			k := u.Effect + "\x00" + u.Namespace
+			if len(batches[k]) == 0 {
+				batches[k] = []workers.IntentBatchArgs{{}}
+			}
+			batches[k][0].IntentIDs = append(batches[k][0].IntentIDs, u.ID)
+			continue
+		}
+		params = append(params, d.jobParams(workers.IntentArgs{IntentID: u.ID}, u.Namespace, u.Effect))
+		owners = append(owners, []int64{u.ID})
+	}
+	for k, b := range batches {
+		effect, namespace, _ := strings.Cut(k, "\x00")
+		if ids := b[0].IntentIDs; len(ids) == 1 {
+			// A batch of one costs what a job of its own does, and reads
+			// better in River UI.
+			params = append(params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect))
+		} else {
+			params = append(params, d.jobParams(b[0], namespace, effect))
+		}
+		owners = append(owners, b[0].IntentIDs)
 	}
 
 	if len(params) > 0 {
@@ -101,21 +118,30 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("error inserting River jobs: %w", err)
 		}
-		if len(results) != len(ids) {
-			return 0, fmt.Errorf("River inserted %d jobs for %d intents", len(results), len(ids))
+		if len(results) != len(params) {
+			return 0, fmt.Errorf("River inserted %d jobs for %d", len(results), len(params))
 		}
-		jobIDs := make([]int64, len(results))
+		var ids, jobIDs []int64
 		for i, r := range results {
 			// Match jobs to intents by their args rather than trusting the
 			// order of the results.
-			var args workers.IntentArgs
+			var args struct {
+				IntentID  int64   `json:"intent_id"`
+				IntentIDs []int64 `json:"intent_ids"`
+			}
 			if err := json.Unmarshal(r.Job.EncodedArgs, &args); err != nil {
 				return 0, fmt.Errorf("error decoding inserted job: %w", err)
 			}
-			if args.IntentID != ids[i] {
-				return 0, fmt.Errorf("River returned job for intent %d at position of %d", args.IntentID, ids[i])
+			if args.IntentIDs == nil {
+				args.IntentIDs = []int64{args.IntentID}
 			}
-			jobIDs[i] = r.Job.ID
+			if !slices.Equal(args.IntentIDs, owners[i]) {
+				return 0, fmt.Errorf("River returned job for intents %v at position of %v", args.IntentIDs, owners[i])
+			}
+			for _, id := range owners[i] {
+				ids = append(ids, id)
+				jobIDs = append(jobIDs, r.Job.ID)
+			}
 		}
 		if err := d.queries.MarkDispatched(ctx, tx, ids, jobIDs); err != nil {
 			return 0, fmt.Errorf("error marking intents dispatched: %w", err)
@@ -186,7 +212,7 @@ func (d *drainer) announceOnce(ctx context.Context) (int, error) {
 			Args: workers.ApprovalNoticeArgs{IntentID: r.ID},
 			InsertOpts: &river.InsertOpts{
 				MaxAttempts: d.maxAttempts,
-				Metadata:    jobMetadata(r.Namespace, r.Effect),
+				Metadata:    workers.JobMetadata(r.Namespace, r.Effect),
 				// The webhook effect's queue: a slow receiver holds up
 				// webhooks, not the maintenance jobs.
 				Queue: "webhook",
@@ -283,13 +309,19 @@ func (d *drainer) listen(ctx context.Context, wake chan<- struct{}) {
 	})
 }
 
-// jobMetadata is an intent job's River metadata.
-func jobMetadata(namespace, effect string) []byte {
-	b, _ := json.Marshal(struct { //nolint:errchkjson // two strings always encode
-		Effect    string `json:"effect"`
-		Namespace string `json:"namespace"`
-	}{effect, namespace})
-	return b
+// jobParams is the insertion of an intent job (or a batch of them) of
+// namespace and effect.
+func (d *drainer) jobParams(args river.JobArgs, namespace, effect string) river.InsertManyParams {
+	return river.InsertManyParams{
+		Args: args,
+		InsertOpts: &river.InsertOpts{
+			MaxAttempts: d.maxAttempts,
+			// For River UI: whose intent, of which effect, without
+			// leaving it.
+			Metadata: workers.JobMetadata(namespace, effect),
+			Queue:    effect,
+		},
+	}
 }
 
 func signal(c chan<- struct{}) {

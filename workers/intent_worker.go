@@ -163,11 +163,27 @@ func (w *IntentWorker) MaxAttempts() int { return w.maxAttempts + MaxAttemptsMar
 // Work runs one attempt of an intent; see the package documentation for the
 // order of its steps, and Decide for what follows each of them.
 func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) error {
+	return w.work(ctx, jobRef{intentID: job.Args.IntentID, queue: job.Queue, attempt: job.Attempt})
+}
+
+// jobRef is what an attempt needs to know of the River job running it: a
+// job of its own (IntentArgs), or a batch of first attempts
+// (IntentBatchArgs).
+type jobRef struct {
+	intentID int64
+	// queue is the job's queue, which is the intent's effect.
+	queue string
+	// attempt is the job's River attempt.
+	attempt int
+}
+
+// work runs one attempt of an intent for job.
+func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 	c, err := w.begin(ctx, job)
 	if c == nil || err != nil {
 		return err
 	}
-	c.jobAttempt = job.Attempt
+	c.jobAttempt = job.attempt
 
 	effect, ok := w.effects.Get(c.Effect)
 	if !ok {
@@ -195,8 +211,8 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 		// reused key is a new request: retrying could act twice. Judged on
 		// the database's clock, a margin before the window ends.
 		PastWindow: guarantee == effects.GuaranteeDeduplicated && pastWindow(c.Age, effects.DedupeWindow(effect)),
-		Exhausted:  job.Attempt > w.maxAttempts,
-		Last:       job.Attempt >= w.maxAttempts,
+		Exhausted:  job.attempt > w.maxAttempts,
+		Last:       job.attempt >= w.maxAttempts,
 	}
 
 	d := Decide(sit)
@@ -251,7 +267,7 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) err
 		// reads as the attempt after the last recorded, and an attempt that
 		// dies mid-call after the snooze is still seen as lost (and bars a
 		// cancel).
-		c.jobAttempt = job.Attempt - 1
+		c.jobAttempt = job.attempt - 1
 		retryErr = river.JobSnooze(min(wait, RetryAfterMax))
 	}
 	return w.finish(ctx, c, d, err.Error(), nil, retryErr)
@@ -277,11 +293,11 @@ func (w *IntentWorker) startMessage(d Decision, effect effects.Effect) string {
 // begin claims the intent for this attempt (or, for a deduplicated effect,
 // reads it). It returns nil when there is nothing to do, with the error or
 // snooze River should see.
-func (w *IntentWorker) begin(ctx context.Context, job *river.Job[IntentArgs]) (*claimed, error) {
-	id := job.Args.IntentID
+func (w *IntentWorker) begin(ctx context.Context, job jobRef) (*claimed, error) {
+	id := job.intentID
 	// The job's queue is its intent's effect, so whether it may be
 	// deduplicated is known before the intent is read.
-	if e, ok := w.effects.Get(job.Queue); ok && mayDedupe(e) {
+	if e, ok := w.effects.Get(job.queue); ok && mayDedupe(e) {
 		r, err := w.reads.do(ctx, id)
 		if err != nil {
 			return nil, err
@@ -298,7 +314,7 @@ func (w *IntentWorker) begin(ctx context.Context, job *river.Job[IntentArgs]) (*
 			// its outcome in job_attempt, except one that died: then the
 			// provider may have acted. Died attempts count as attempts, so
 			// that the attempt number still grows with every try.
-			lost := job.Attempt - r.JobAttempt - 1
+			lost := job.attempt - r.JobAttempt - 1
 			c.Attempt = r.Attempt + 1 + max(lost, 0)
 			if lost > 0 {
 				c.prevState = outbox.StateRunning
@@ -346,8 +362,12 @@ type AttemptOutput struct {
 }
 
 // recordOutput records out as the job's output. Outside River (a test
-// calling Work) there is nowhere to record it, which is no error.
+// calling Work) there is nowhere to record it, which is no error. An attempt
+// run by a batch job records nothing: the batch records its own summary.
 func recordOutput(ctx context.Context, out *AttemptOutput) {
+	if ctx.Value(inBatchKey{}) != nil {
+		return
+	}
 	_ = river.RecordOutput(ctx, out)
 }
 

@@ -208,7 +208,8 @@ type outboxSystem struct {
 	run    int64
 }
 
-func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect string, guarantee effects.Guarantee, cfg *Config) (*outboxSystem, error) {
+func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect string, kind Kind, cfg *Config) (*outboxSystem, error) {
+	guarantee := kind.Guarantee
 	e, err := noop.New(&noop.Config{Name: effect, Guarantee: guarantee})
 	if err != nil {
 		return nil, err
@@ -221,7 +222,10 @@ func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect str
 	if err != nil {
 		return nil, err
 	}
-	disp, err := dispatcher.New(pool, &dispatcher.Config{Effects: reg, Schema: schema, Workers: cfg.Workers})
+	disp, err := dispatcher.New(pool, &dispatcher.Config{
+		BatchFirstAttempts: kind.BatchFirstAttempts,
+		Effects:            reg, Schema: schema, Workers: cfg.Workers,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -230,11 +234,24 @@ func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect str
 	go func() {
 		defer close(s.out)
 		for ev := range s.events {
-			var args workers.IntentArgs
-			if ev.Job.Kind != args.Kind() || json.Unmarshal(ev.Job.EncodedArgs, &args) != nil {
-				continue
+			// A noop never fails, so a batch job completes with every
+			// intent of it ended.
+			var args struct {
+				IntentID  int64   `json:"intent_id"`
+				IntentIDs []int64 `json:"intent_ids"`
 			}
-			s.out <- args.IntentID
+			switch ev.Job.Kind {
+			case workers.IntentArgs{}.Kind():
+				if json.Unmarshal(ev.Job.EncodedArgs, &args) == nil {
+					s.out <- args.IntentID
+				}
+			case workers.IntentBatchArgs{}.Kind():
+				if json.Unmarshal(ev.Job.EncodedArgs, &args) == nil {
+					for _, id := range args.IntentIDs {
+						s.out <- id
+					}
+				}
+			}
 		}
 	}()
 	if err := disp.Start(ctx); err != nil {
@@ -397,6 +414,9 @@ type Kind struct {
 	// on the caller's key: the closest a River user gets to
 	// deduplication.
 	Unique bool
+	// BatchFirstAttempts, for outbox, sets dispatcher.Config's
+	// BatchFirstAttempts (the experiment; deduplicated effects only).
+	BatchFirstAttempts bool
 }
 
 // Kinds are the systems Compare measures: the baseline first.
@@ -405,6 +425,7 @@ var Kinds = []Kind{
 	{Name: "river InsertTx, unique ByArgs", Unique: true},
 	{Name: "outbox noop (deduplicated)", Guarantee: effects.GuaranteeDeduplicated},
 	{Name: "outbox noop_at_most_once", Guarantee: effects.GuaranteeAtMostOnce},
+	{Name: "outbox noop, batched (experiment)", Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true},
 }
 
 // Run measures one kind in a fresh schema, which it drops afterwards.
@@ -427,7 +448,7 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 	if kind.Guarantee == "" {
 		sys, err = newRiverSystem(ctx, pool, schema, kind.Unique, cfg)
 	} else {
-		sys, err = newOutboxSystem(ctx, pool, schema, "noop", kind.Guarantee, cfg)
+		sys, err = newOutboxSystem(ctx, pool, schema, "noop", kind, cfg)
 	}
 	if err != nil {
 		return nil, err

@@ -44,12 +44,14 @@ func BenchmarkCompare(b *testing.B) {
 			b.Logf("paced %s", r)
 		}
 		// Kinds: River, River unique, outbox deduplicated, outbox at most
-		// once.
+		// once, outbox batched (the experiment).
 		b.ReportMetric(c.Max[0].Rate, "river/s")
 		b.ReportMetric(c.Ratio(1), "ratio_river_unique")
 		b.ReportMetric(c.Max[2].Rate, "outbox/s")
 		b.ReportMetric(c.Ratio(2), "ratio")
 		b.ReportMetric(c.Ratio(3), "ratio_at_most_once")
+		b.ReportMetric(c.Ratio(4), "ratio_batched")
+		b.ReportMetric(ms(c.Paced[4].P99), "batched_p99_ms")
 		b.ReportMetric(ms(c.Paced[0].P99), "river_p99_ms")
 		b.ReportMetric(ms(c.Paced[2].P99), "outbox_p99_ms")
 	}

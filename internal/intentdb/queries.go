@@ -24,6 +24,7 @@ type Queries struct {
 	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                   string
 	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
 	sqlRulesDelete, sqlRulesInsert, sqlRules                                                  string
+	sqlBatchOwned, sqlHandOver                                                                string
 }
 
 // New returns the statements of schema, rendered once.
@@ -39,6 +40,7 @@ func New(schema string) *Queries {
 	q.renderReconcile(r)
 	q.renderRecentAction(r)
 	q.renderApproval(r)
+	q.renderBatch(r)
 	return q
 }
 
