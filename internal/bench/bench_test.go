@@ -166,3 +166,23 @@ func BenchmarkEnqueueMany(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "intents/s")
 }
+
+// BenchmarkCompareBatch compares batch inserts, 1,000 a transaction: River's
+// InsertManyTx against outbox's EnqueueManyTx, in one run (BENCH_COUNT
+// units each, default 10,000):
+//
+//	TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
+//	    go test ./internal/bench -run '^$' -bench CompareBatch -benchtime 1x
+func BenchmarkCompareBatch(b *testing.B) {
+	count, _ := strconv.Atoi(os.Getenv("BENCH_COUNT"))
+	pool := testdb.Pool(b)
+	for b.Loop() {
+		c, err := CompareBatch(context.Background(), pool, &Config{Count: count})
+		require.NoError(b, err)
+		b.Logf("%s", c.River)
+		b.Logf("%s", c.Outbox)
+		b.ReportMetric(c.River.Rate, "river/s")
+		b.ReportMetric(c.Outbox.Rate, "outbox/s")
+		b.ReportMetric(c.Ratio(), "ratio")
+	}
+}

@@ -47,7 +47,7 @@ func TestBench(t *testing.T) {
 		BatchRatio float64 `json:"batch_ratio"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &report), res.stdout)
-	require.Len(t, report.Lanes, 4)
+	require.Len(t, report.Lanes, 5)
 	require.Equal(t, "river InsertTx", report.Lanes[0].Name)
 	require.InDelta(t, 1.0, report.Lanes[0].Ratio, 1e-9)
 	for _, l := range report.Lanes {
@@ -60,7 +60,7 @@ func TestBench(t *testing.T) {
 	require.InDelta(t, report.Lanes[0].Max.Rate/2, report.OfferedRate, 1e-6)
 	require.Positive(t, report.Batch.River.Rate)
 	require.InDelta(t, report.Batch.Outbox.Rate/report.Batch.River.Rate, report.BatchRatio, 1e-9)
-	require.Contains(t, res.stderr, "bench: lane 1 of 10: river InsertTx")
+	require.Contains(t, res.stderr, "bench: lane 1 of 12: river InsertTx")
 
 	var left int
 	require.NoError(t, testdb.Pool(t).QueryRow(t.Context(),
