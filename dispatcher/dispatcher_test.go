@@ -451,4 +451,71 @@ func TestBatchFirstAttempts(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(updated_at) FROM `+b.table("outbox_intent")).Scan(&after))
 		require.Equal(t, before, after, "no intent was written again")
 	})
+
+	// A batch stopped by River's job timeout (the lease: twice the effect
+	// timeout) hands the intents it has not begun over, untouched, and
+	// keeps its slots: the handed-over jobs still run.
+	t.Run("StoppedBatchHandsTheRestOver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// One at a time, each first attempt hanging for its effect
+		// timeout: the batch's 2 s run ends during the second.
+		params := make([]*outbox.EnqueueParams, 5)
+		for i := range params {
+			params[i] = &outbox.EnqueueParams{Key: fmt.Sprintf("hang%d", i), Effect: "noop", Args: map[string]any{"_noop": map[string]any{"hang": "after"}}}
+		}
+		_, err := b.client.EnqueueManyTx(ctx, b.pool, params)
+		require.NoError(t, err)
+		d := b.dispatcher(t, &Config{BatchFirstAttempts: true, EffectTimeout: time.Second, Workers: 1})
+		require.NoError(t, d.Start(ctx))
+		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+
+		for _, p := range params {
+			waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			got, err := b.client.Wait(waitCtx, "", p.Key)
+			cancel()
+			require.NoError(t, err)
+			require.Equal(t, outbox.StateSucceeded, got.State, p.Key)
+		}
+		count, err := noop.Count(ctx, b.pool, b.schema, "")
+		require.NoError(t, err)
+		require.Equal(t, 5, count, "one effect per intent")
+		var handedOver, ended int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT (metadata->'output'->>'handed_over')::int, (metadata->'output'->>'ended')::int
+			FROM `+b.table("river_job")+` WHERE kind = $1`, batchKind).Scan(&handedOver, &ended))
+		require.Equal(t, 5, handedOver)
+		require.Zero(t, ended)
+		// At least three were never begun in the batch: their first
+		// attempt was in a job of their own.
+		var untouched int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table("outbox_intent")+` i
+			JOIN `+b.table("river_job")+` j ON j.id = i.job_id AND j.kind = 'outbox_intent'
+			WHERE j.attempt = i.attempt`).Scan(&untouched))
+		require.GreaterOrEqual(t, untouched, 3)
+
+		// The stopped batch gave back every slot it took: the next batch
+		// runs its intents itself instead of waiting out its timeout.
+		next := []*outbox.EnqueueParams{
+			{Key: "next0", Effect: "noop", Args: map[string]any{}},
+			{Key: "next1", Effect: "noop", Args: map[string]any{}},
+		}
+		_, err = b.client.EnqueueManyTx(ctx, b.pool, next)
+		require.NoError(t, err)
+		for _, p := range next {
+			waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			got, err := b.client.Wait(waitCtx, "", p.Key)
+			cancel()
+			require.NoError(t, err)
+			require.Equal(t, outbox.StateSucceeded, got.State, p.Key)
+		}
+		// River completes the job (and stores its output) after its
+		// intents ended.
+		require.Eventually(t, func() bool {
+			return b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")+` WHERE kind = '`+batchKind+`' AND state = 'completed'`) == 2
+		}, 30*time.Second, 50*time.Millisecond)
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT (metadata->'output'->>'handed_over')::int, (metadata->'output'->>'ended')::int
+			FROM `+b.table("river_job")+` WHERE kind = $1 ORDER BY id DESC LIMIT 1`, batchKind).Scan(&handedOver, &ended))
+		require.Equal(t, 2, ended, "the second batch ran its intents")
+		require.Zero(t, handedOver)
+	})
 }

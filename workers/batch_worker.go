@@ -107,9 +107,16 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 		}
 	}
 	for _, m := range members {
-		select {
-		case w.sem <- struct{}{}:
-		case <-ctx.Done():
+		// Once stopped, never take a slot again: a select with both cases
+		// ready picks either, and a slot taken here would never be given
+		// back.
+		if !stopped && ctx.Err() == nil {
+			select {
+			case w.sem <- struct{}{}:
+			case <-ctx.Done():
+				stopped = true
+			}
+		} else {
 			stopped = true
 		}
 		if stopped {
