@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -76,7 +77,7 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 		owners  [][]int64 // the intents of each job in params
 		badIDs  []int64
 		badErrs []json.RawMessage
-		batches = map[string][]workers.IntentBatchArgs{}
+		batches = map[string][]int64{} // by effect and namespace
 	)
 	for _, u := range batch {
 		effect, ok := d.effects.Get(u.Effect)
@@ -92,25 +93,22 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 			// One batch per effect and namespace: the batch job's queue
 			// is the effect and its metadata the namespace.
 			k := u.Effect + "\x00" + u.Namespace
-			if len(batches[k]) == 0 {
-				batches[k] = []workers.IntentBatchArgs{{}}
-			}
-			batches[k][0].IntentIDs = append(batches[k][0].IntentIDs, u.ID)
+			batches[k] = append(batches[k], u.ID)
 			continue
 		}
 		params = append(params, d.jobParams(workers.IntentArgs{IntentID: u.ID}, u.Namespace, u.Effect))
 		owners = append(owners, []int64{u.ID})
 	}
-	for k, b := range batches {
+	for _, k := range slices.Sorted(maps.Keys(batches)) {
 		effect, namespace, _ := strings.Cut(k, "\x00")
-		if ids := b[0].IntentIDs; len(ids) == 1 {
+		if ids := batches[k]; len(ids) == 1 {
 			// A batch of one costs what a job of its own does, and reads
 			// better in River UI.
 			params = append(params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect))
 		} else {
-			params = append(params, d.jobParams(b[0], namespace, effect))
+			params = append(params, d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect))
 		}
-		owners = append(owners, b[0].IntentIDs)
+		owners = append(owners, batches[k])
 	}
 
 	if len(params) > 0 {
@@ -119,7 +117,7 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("error inserting River jobs: %w", err)
 		}
 		if len(results) != len(params) {
-			return 0, fmt.Errorf("River inserted %d jobs for %d", len(results), len(params))
+			return 0, fmt.Errorf("River inserted %d jobs of %d", len(results), len(params))
 		}
 		var ids, jobIDs []int64
 		for i, r := range results {
