@@ -3,6 +3,9 @@
 // machine, as one pure function); ReconcileWorker, which gives every intent
 // whose River job is finished or gone a fresh job; and PruneWorker, which
 // deletes terminal intents past their retention (never unknown ones).
+// IntentBatchWorker, an experiment off by default, runs the first attempts
+// of many deduplicated intents in one River job, each exactly as
+// IntentWorker runs it (docs/design.md, "First attempts in batches").
 //
 // # Ordering, and why it is cheap
 //
