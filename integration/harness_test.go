@@ -40,7 +40,7 @@ var (
 )
 
 // outboxd builds the outboxd binary once per test run.
-func outboxd(t *testing.T) string {
+func outboxd(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		binDir, binError = os.MkdirTemp("", "outboxd-bin-*")
@@ -61,14 +61,14 @@ func outboxd(t *testing.T) string {
 
 // env is one test's environment for outboxd processes.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	client *outbox.Client
 	pool   *pgxpool.Pool
 	schema string
 	vars   []string
 }
 
-func newEnv(t *testing.T, extra ...string) *env {
+func newEnv(t testing.TB, extra ...string) *env {
 	t.Helper()
 	pool, schema := testdb.MigratedSchema(t)
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
@@ -78,7 +78,7 @@ func newEnv(t *testing.T, extra ...string) *env {
 
 // baseVars are the variables of an outboxd process on the test database's
 // schema.
-func baseVars(t *testing.T, schema string) []string {
+func baseVars(t testing.TB, schema string) []string {
 	return []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
@@ -115,7 +115,7 @@ func (e *env) run(args ...string) (stdout, stderr string, code int) {
 
 // process is a running `outboxd serve`.
 type process struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	done chan struct{}
 	// addr is where it serves HTTP.
