@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,6 +69,22 @@ func (b *testBundle) enqueueN(t *testing.T, n int, effect string, args map[strin
 	}
 	_, err := b.client.EnqueueManyTx(context.Background(), b.pool, params)
 	require.NoError(t, err)
+}
+
+// succeeded waits up to timeout for each intent of params to end, requires
+// it succeeded, and returns it.
+func (b *testBundle) succeeded(t *testing.T, timeout time.Duration, params ...*outbox.EnqueueParams) []*outbox.Intent {
+	t.Helper()
+	out := make([]*outbox.Intent, len(params))
+	for i, p := range params {
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		got, err := b.client.Wait(ctx, "", p.Key)
+		cancel()
+		require.NoError(t, err, p.Key)
+		require.Equal(t, outbox.StateSucceeded, got.State, p.Key)
+		out[i] = got
+	}
+	return out
 }
 
 func (b *testBundle) scalar(t *testing.T, sql string) int {
@@ -405,13 +422,8 @@ func TestBatchFirstAttempts(t *testing.T) {
 		require.NoError(t, d.Start(ctx))
 		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
 
-		for _, p := range params {
-			waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			got, err := b.client.Wait(waitCtx, "", p.Key)
-			cancel()
-			require.NoError(t, err)
-			require.Equal(t, outbox.StateSucceeded, got.State, p.Key)
-			if len(p.Key) > 4 && p.Key[:4] == "hang" {
+		for _, got := range b.succeeded(t, 30*time.Second, params...) {
+			if strings.HasPrefix(got.Key, "hang") {
 				require.Equal(t, 2, got.Attempts, "the second attempt, in a job of its own, resent under the same key")
 			} else {
 				require.Equal(t, 1, got.Attempts)
@@ -470,13 +482,7 @@ func TestBatchFirstAttempts(t *testing.T) {
 		require.NoError(t, d.Start(ctx))
 		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
 
-		for _, p := range params {
-			waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			got, err := b.client.Wait(waitCtx, "", p.Key)
-			cancel()
-			require.NoError(t, err)
-			require.Equal(t, outbox.StateSucceeded, got.State, p.Key)
-		}
+		b.succeeded(t, 60*time.Second, params...)
 		count, err := noop.Count(ctx, b.pool, b.schema, "")
 		require.NoError(t, err)
 		require.Equal(t, 5, count, "one effect per intent")
@@ -501,13 +507,7 @@ func TestBatchFirstAttempts(t *testing.T) {
 		}
 		_, err = b.client.EnqueueManyTx(ctx, b.pool, next)
 		require.NoError(t, err)
-		for _, p := range next {
-			waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			got, err := b.client.Wait(waitCtx, "", p.Key)
-			cancel()
-			require.NoError(t, err)
-			require.Equal(t, outbox.StateSucceeded, got.State, p.Key)
-		}
+		b.succeeded(t, 30*time.Second, next...)
 		// River completes the job (and stores its output) after its
 		// intents ended.
 		require.Eventually(t, func() bool {
