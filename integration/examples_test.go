@@ -26,6 +26,13 @@ type exampleOutcome struct {
 	Duplicates []bool          `json:"duplicates"`
 	State      string          `json:"state"`
 	Result     json.RawMessage `json:"result"`
+	// Approval is the Python example's second part: an action that waits
+	// for a person.
+	Approval struct {
+		IntentIDs  []int64  `json:"intent_ids"`
+		States     []string `json:"states"`
+		ApprovedBy *string  `json:"approved_by"`
+	} `json:"approval"`
 }
 
 // runExample runs the command in dir with OUTBOX_URL pointing at srv, and
@@ -119,5 +126,12 @@ func TestExamplePython(t *testing.T) {
 	require.Equal(t, out.IntentIDs[0], out.IntentIDs[1], "the retry named the first intent")
 	require.Equal(t, []bool{false, true}, out.Duplicates)
 	require.Equal(t, "succeeded", out.State)
-	require.Equal(t, 1, p.sb.Stripe.Effects(), "one charge at Stripe")
+	// The charge that needed a person: both calls answered at once with
+	// the one intent awaiting approval, which ran once approved.
+	require.Len(t, out.Approval.IntentIDs, 2)
+	require.Equal(t, out.Approval.IntentIDs[0], out.Approval.IntentIDs[1])
+	require.NotEqual(t, out.IntentIDs[0], out.Approval.IntentIDs[0])
+	require.Equal(t, []string{"awaiting_approval", "awaiting_approval", "succeeded"}, out.Approval.States)
+	require.NotNil(t, out.Approval.ApprovedBy)
+	require.Equal(t, 2, p.sb.Stripe.Effects(), "one charge at Stripe for each order")
 }
