@@ -6,7 +6,7 @@ import { OUTBOX_URL, authHeaders, charge, report } from "./outbox.ts";
 
 const key = `order-${process.env.EXAMPLE_RUN ?? Date.now()}/charge`;
 
-async function recordCharge(): Promise<{ id: number; state: string; duplicate: boolean }> {
+async function recordCharge(): Promise<{ id: number; state: string; duplicate: boolean; result?: unknown }> {
   const res = await fetch(`${OUTBOX_URL}/v1/intents`, {
     method: "POST",
     headers: { "Content-Type": "application/json", "Idempotency-Key": key, ...authHeaders() },
@@ -20,9 +20,14 @@ async function recordCharge(): Promise<{ id: number; state: string; duplicate: b
 const answers = [];
 for (let i = 0; i < 3; i++) answers.push(await recordCharge());
 
-// The outcome, as soon as the intent is final (at most 30 s).
-const res = await fetch(`${OUTBOX_URL}/v1/intents/${encodeURIComponent(key)}?wait=30s`, { headers: authHeaders() });
-const intent = await res.json();
+// The outcome, as soon as the intent is final (at most 30 s). An intent
+// waiting for a person's approval (a rule in OUTBOX_APPROVAL, or
+// require_approval) is answered as such at once, and a wait on it lasts until
+// the person decides: the agent says so instead of waiting.
+const intent =
+  answers[0].state === "awaiting_approval"
+    ? answers[0]
+    : await (await fetch(`${OUTBOX_URL}/v1/intents/${encodeURIComponent(key)}?wait=30s`, { headers: authHeaders() })).json();
 
 report({
   example: "fetch",
