@@ -1,7 +1,9 @@
 package dispatcher
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
@@ -518,4 +521,107 @@ func TestBatchFirstAttempts(t *testing.T) {
 		require.Equal(t, 2, ended, "the second batch ran its intents")
 		require.Zero(t, handedOver)
 	})
+}
+
+// panicky is a deduplicated effect whose first call for each provider key
+// panics, as an effect's bug would; later calls act.
+type panicky struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (*panicky) Name() string                       { return "panicky" }
+func (*panicky) Guarantee() effects.Guarantee       { return effects.GuaranteeDeduplicated }
+func (*panicky) ValidateArgs(json.RawMessage) error { return nil }
+func (e *panicky) Execute(_ context.Context, req *effects.Request) (json.RawMessage, error) {
+	e.mu.Lock()
+	e.calls[req.ProviderKey]++
+	n := e.calls[req.ProviderKey]
+	e.mu.Unlock()
+	if n == 1 && bytes.Contains(req.Args, []byte(`"panic"`)) {
+		panic("an effect's bug")
+	}
+	return json.RawMessage(`{}`), nil
+}
+
+// A panicking attempt in a batch is the attempt's error: the process lives,
+// the other attempts end, and the intent goes on to a job of its own,
+// marked maybe_sent (whether the provider was called is unknown).
+func TestBatchAttemptPanics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	reg, err := effects.NewRegistry(&panicky{calls: map[string]int{}})
+	require.NoError(t, err)
+	b.reg = reg
+	client, err := outbox.NewClient(b.pool, &outbox.Config{Effects: reg, Schema: b.schema})
+	require.NoError(t, err)
+	b.client = client
+	params := []*outbox.EnqueueParams{
+		{Key: "calm0", Effect: "panicky", Args: map[string]any{}},
+		{Key: "panics", Effect: "panicky", Args: map[string]any{"do": "panic"}},
+		{Key: "calm1", Effect: "panicky", Args: map[string]any{}},
+	}
+	_, err = client.EnqueueManyTx(ctx, b.pool, params)
+	require.NoError(t, err)
+	d := b.dispatcher(t, &Config{BatchFirstAttempts: true})
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+
+	got := b.succeeded(t, 30*time.Second, params...)
+	require.Equal(t, []int{1, 2, 1}, []int{got[0].Attempts, got[1].Attempts, got[2].Attempts})
+	require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
+		` j ON j.id = i.job_id AND j.kind = 'outbox_intent' WHERE i.key = 'panics' AND i.maybe_sent`))
+}
+
+// The guards of a batch's writes, in the database: only the batch's current
+// run may hand its intents over, and its finish applies only to intents
+// still the batch's.
+func TestBatchWriteGuards(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.enqueueN(t, 2, "noop", map[string]any{})
+	d := b.dispatcher(t, &Config{BatchFirstAttempts: true})
+	_, err := d.Drain(ctx)
+	require.NoError(t, err)
+	var batchID int64
+	var ids []int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT id, ARRAY(SELECT jsonb_array_elements_text(args->'intent_ids')::bigint)
+		FROM `+b.table("river_job")+` WHERE kind = 'outbox_intent_batch'`).Scan(&batchID, &ids))
+	require.Len(t, ids, 2)
+	q := intentdb.New(b.schema)
+
+	lock := func(attempt int) (bool, []int64) {
+		t.Helper()
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		current, owned, err := q.LockBatchForHandOver(ctx, tx, ids, batchID, attempt)
+		require.NoError(t, err)
+		return current, owned
+	}
+	current, _ := lock(1)
+	require.False(t, current, "an available job is run by no one")
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("river_job")+` SET state = 'running', attempt = 2 WHERE id = $1`, batchID)
+	require.NoError(t, err)
+	current, _ = lock(1)
+	require.False(t, current, "run 1 is stale once River runs attempt 2")
+	current, owned := lock(2)
+	require.True(t, current)
+	require.Equal(t, ids, owned)
+
+	// A finish fenced on the batch applies while the intent is the
+	// batch's, and not once it was handed over.
+	finish := func(id, expectJob int64) bool {
+		t.Helper()
+		applied, err := q.Finish(ctx, b.pool, []intentdb.Finish{{ID: id, Attempt: 1, ExpectState: "pending", ExpectAttempt: 0,
+			JobAttempt: 2, ExpectJobID: expectJob, State: "succeeded", Result: json.RawMessage(`{}`)}})
+		require.NoError(t, err)
+		return applied[intentdb.Applied{ID: id, Attempt: 1}]
+	}
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("outbox_intent")+` SET job_id = job_id + 1000 WHERE id = $1`, ids[0])
+	require.NoError(t, err)
+	require.False(t, finish(ids[0], batchID))
+	require.True(t, finish(ids[1], batchID))
 }

@@ -73,118 +73,196 @@ type BatchOutput struct {
 	Skipped int `json:"skipped"`
 }
 
+// Timeout is the batch's River timeout: the lease of one attempt, as for a
+// job of its own. Work begins no attempt with less than an effect timeout
+// left, so that the attempts it began end on their own deadlines, and River
+// rescues the batch only well after it returned.
+func (w *IntentBatchWorker) Timeout(*river.Job[IntentBatchArgs]) time.Duration {
+	return Lease(w.intents.effectTimeout)
+}
+
+// handOff is a member of a batch going on to a job of its own.
+type handOff struct {
+	member intentdb.BatchMember
+	// delay is how long the new job waits: River's first backoff, or a
+	// provider's Retry-After.
+	delay time.Duration
+	// maybeSent is set when the attempt may have reached the provider and
+	// its outcome could not be recorded.
+	maybeSent bool
+}
+
 // Work runs the batch's first attempts.
 func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatchArgs]) error {
 	members, err := w.intents.store.queries.BatchOwned(ctx, w.pool, job.Args.IntentIDs, job.ID)
 	if err != nil {
 		return fmt.Errorf("error reading batch %d: %w", job.ID, err)
 	}
-	attemptCtx := context.WithValue(ctx, inBatchKey{}, true)
-	var (
-		mu      sync.Mutex
-		out     = BatchOutput{Skipped: len(job.Args.IntentIDs) - len(members)}
-		failed  error
-		wg      sync.WaitGroup
-		stopped bool
-	)
-	handOver := func(m intentdb.BatchMember, delay time.Duration) {
-		// The intent's outcome, if any, is recorded already; a handover
-		// must happen even while River stops the batch.
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.intents.effectTimeout)
+	// Attempts begin only while an effect timeout is left before the
+	// batch's deadline.
+	beginCtx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		beginCtx, cancel = context.WithDeadline(ctx, deadline.Add(-w.intents.effectTimeout))
 		defer cancel()
-		ok, err := w.handOver(hctx, job, m, delay)
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err != nil:
-			// Left with the batch: River retries the batch, whose next
-			// run takes the intent again.
-			failed = errors.Join(failed, err)
-		case ok:
-			out.HandedOver++
-		default:
-			out.Skipped++
-		}
 	}
-	for _, m := range members {
-		// Once stopped, never take a slot again: a select with both cases
-		// ready picks either, and a slot taken here would never be given
-		// back.
-		if !stopped && ctx.Err() == nil {
+	attemptCtx := context.WithValue(ctx, inBatchKey{}, true)
+	ref := jobRef{queue: job.Queue, attempt: job.Attempt, batchJobID: job.ID}
+	var (
+		mu       sync.Mutex
+		out      = BatchOutput{Skipped: len(job.Args.IntentIDs) - len(members)}
+		handOffs []handOff
+		wg       sync.WaitGroup
+	)
+	for i, m := range members {
+		// A select with both cases ready picks either: once the time to
+		// begin is over, no slot is taken at all, and a slot taken is
+		// always used (an attempt begun just then still has about an
+		// effect timeout left).
+		took := false
+		if beginCtx.Err() == nil {
 			select {
 			case w.sem <- struct{}{}:
-			case <-ctx.Done():
-				stopped = true
+				took = true
+			case <-beginCtx.Done():
 			}
-		} else {
-			stopped = true
 		}
-		if stopped {
-			// River is stopping the batch (its timeout, or a shutdown):
-			// the intents not begun go on to jobs of their own, untouched.
-			handOver(m, 0)
-			continue
+		if !took {
+			// The batch's time is up, or River is stopping it: the
+			// intents not begun go on to jobs of their own, untouched.
+			mu.Lock()
+			for _, m := range members[i:] {
+				handOffs = append(handOffs, handOff{member: m})
+			}
+			mu.Unlock()
+			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := w.intents.work(attemptCtx, jobRef{intentID: m.ID, queue: job.Queue, attempt: job.Attempt})
-			<-w.sem
+			err := w.attempt(attemptCtx, ref, m)
+			mu.Lock()
+			defer mu.Unlock()
 			if err == nil {
-				mu.Lock()
 				out.Ended++
-				mu.Unlock()
 				return
 			}
-			delay := handOverDelay
-			if snooze := (*river.JobSnoozeError)(nil); errors.As(err, &snooze) {
-				delay = snooze.Duration
+			h := handOff{member: m, delay: handOverDelay}
+			var snooze *river.JobSnoozeError
+			var notRecorded *OutcomeNotRecordedError
+			switch {
+			case errors.As(err, &snooze):
+				h.delay = snooze.Duration
+			case errors.As(err, &notRecorded):
+				h.maybeSent = true
 			}
-			handOver(m, delay)
+			handOffs = append(handOffs, h)
 		}()
 	}
 	wg.Wait()
+	// One transaction for all, whatever the batch's context says: the
+	// attempts' outcomes are recorded, and they must go on.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.intents.effectTimeout)
+	defer cancel()
+	handed, err := w.handOver(hctx, job, handOffs)
+	out.HandedOver = handed
+	out.Skipped += len(handOffs) - handed
 	_ = river.RecordOutput(ctx, &out)
-	if failed != nil {
-		return failed
-	}
-	return nil
+	return err
 }
 
-// handOver inserts a job of m's own, scheduled after delay, and points the
-// intent at it, in one transaction: the intent is then the new job's and no
-// longer the batch's.
-func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentBatchArgs], m intentdb.BatchMember, delay time.Duration) (bool, error) {
+// attempt runs m's attempt, holding a concurrency slot until it ends. A
+// panic (an effect's bug) is the attempt's error, as River makes it a job's:
+// it must not take the other attempts down with the process.
+func (w *IntentBatchWorker) attempt(ctx context.Context, ref jobRef, m intentdb.BatchMember) (err error) {
+	defer func() { <-w.sem }()
+	defer func() {
+		if r := recover(); r != nil {
+			w.logger.ErrorContext(ctx, "attempt panicked", slog.Int64("intent_id", m.ID), slog.Any("panic", r))
+			// Whether the provider was called is unknown.
+			err = &OutcomeNotRecordedError{Err: fmt.Errorf("attempt panicked: %v", r)}
+		}
+	}()
+	ref.intentID = m.ID
+	return w.intents.work(ctx, ref)
+}
+
+// errStaleBatch is a batch run's answer when River no longer runs the batch
+// under its attempt (rescued, or retried in River UI, while it ran): the
+// current run takes its intents, and this one must not complete the job.
+var errStaleBatch = errors.New("workers: the batch is no longer running under this attempt; its current run takes its intents")
+
+// handOver inserts a job of its own for each of handOffs still the batch's
+// and points the intent at it, in one transaction: the intents are then
+// their new jobs' and no longer the batch's. It returns how many it handed
+// over.
+func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentBatchArgs], handOffs []handOff) (int, error) {
+	if len(handOffs) == 0 {
+		return 0, nil
+	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
-		return false, fmt.Errorf("error handing intent %d over: %w", m.ID, err)
+		return 0, fmt.Errorf("error handing intents over: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	res, err := client.InsertTx(ctx, tx, IntentArgs{IntentID: m.ID}, &river.InsertOpts{
-		MaxAttempts: w.intents.MaxAttempts(),
-		Metadata:    JobMetadata(m.Namespace, job.Queue),
-		Queue:       job.Queue,
-		ScheduledAt: time.Now().Add(delay),
-	})
-	if err != nil {
-		return false, fmt.Errorf("error inserting the job of intent %d: %w", m.ID, err)
+
+	ids := make([]int64, len(handOffs))
+	for i, h := range handOffs {
+		ids[i] = h.member.ID
 	}
-	ok, err := w.intents.store.queries.HandOver(ctx, tx, m.ID, job.ID, res.Job.ID)
-	if err != nil || !ok {
-		// Not the batch's any more (re-dispatched), or terminal: the job
-		// inserted is rolled back with the transaction.
-		return false, err
+	current, owned, err := w.intents.store.queries.LockBatchForHandOver(ctx, tx, ids, job.ID, job.Attempt)
+	if err != nil {
+		return 0, fmt.Errorf("error handing intents over: %w", err)
+	}
+	if !current {
+		return 0, errStaleBatch
+	}
+	if len(owned) == 0 {
+		return 0, nil // terminal, or re-dispatched by the reconciler
+	}
+	byID := make(map[int64]handOff, len(handOffs))
+	for _, h := range handOffs {
+		byID[h.member.ID] = h
+	}
+	now := time.Now()
+	params := make([]river.InsertManyParams, len(owned))
+	maybeSent := make([]bool, len(owned))
+	for i, id := range owned {
+		h := byID[id]
+		maybeSent[i] = h.maybeSent
+		params[i] = river.InsertManyParams{Args: IntentArgs{IntentID: id}, InsertOpts: &river.InsertOpts{
+			MaxAttempts: w.intents.MaxAttempts(),
+			Metadata:    JobMetadata(h.member.Namespace, job.Queue),
+			Queue:       job.Queue,
+			ScheduledAt: now.Add(h.delay),
+		}}
+	}
+	results, err := client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return 0, fmt.Errorf("error inserting the jobs of handed-over intents: %w", err)
+	}
+	jobIDs := make([]int64, len(results))
+	for i, r := range results {
+		// Matched by args, as the drain does, not by the results' order.
+		var args IntentArgs
+		if err := json.Unmarshal(r.Job.EncodedArgs, &args); err != nil || args.IntentID != owned[i] {
+			return 0, fmt.Errorf("River returned the job of intent %d at the position of %d", args.IntentID, owned[i])
+		}
+		jobIDs[i] = r.Job.ID
+	}
+	if err := w.intents.store.queries.HandOver(ctx, tx, owned, jobIDs, maybeSent); err != nil {
+		return 0, fmt.Errorf("error handing intents over: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("error handing intent %d over: %w", m.ID, err)
+		return 0, fmt.Errorf("error handing intents over: %w", err)
 	}
-	w.logger.DebugContext(ctx, "intent handed over from its batch to a job of its own",
-		slog.Int64("intent_id", m.ID), slog.Int64("job_id", res.Job.ID))
-	return true, nil
+	w.logger.DebugContext(ctx, "intents handed over from their batch to jobs of their own",
+		slog.Int64("batch_job_id", job.ID), slog.Int("count", len(owned)))
+	return len(owned), nil
 }
 
 // JobMetadata is an intent job's River metadata: whose intent, of which

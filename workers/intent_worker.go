@@ -175,6 +175,9 @@ type jobRef struct {
 	queue string
 	// attempt is the job's River attempt.
 	attempt int
+	// batchJobID is the batch job running the attempt, or 0 for a job of
+	// the intent's own. A batch's finish is fenced on it.
+	batchJobID int64
 }
 
 // work runs one attempt of an intent for job.
@@ -184,6 +187,7 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		return err
 	}
 	c.jobAttempt = job.attempt
+	c.expectJobID = job.batchJobID
 
 	effect, ok := w.effects.Get(c.Effect)
 	if !ok {
@@ -417,6 +421,22 @@ func (e *StaleAttemptError) Error() string {
 	return fmt.Sprintf("attempt %d of intent %d is stale: another attempt took the intent over", e.Attempt, e.IntentID)
 }
 
+// OutcomeNotRecordedError is what an attempt returns when its outcome could
+// not be written: the provider may have acted, and the intent does not say
+// so. A job of the intent's own learns it from River's attempt counter; a
+// batch hands the intent over marked maybe_sent.
+type OutcomeNotRecordedError struct {
+	Err error
+}
+
+// Error implements error.
+func (e *OutcomeNotRecordedError) Error() string {
+	return "the attempt's outcome was not recorded: " + e.Err.Error()
+}
+
+// Unwrap returns the database's error.
+func (e *OutcomeNotRecordedError) Unwrap() error { return e.Err }
+
 // mayDedupe reports whether e is, or for some arguments can be, deduplicated.
 func mayDedupe(e effects.Effect) bool {
 	if _, ok := e.(effects.ArgsGuaranteer); ok {
@@ -459,6 +479,7 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		ExpectState:   string(c.expectState),
 		ExpectAttempt: c.expectAttempt,
 		JobAttempt:    c.jobAttempt,
+		ExpectJobID:   c.expectJobID,
 		State:         string(d.State),
 		Result:        result,
 		// A lost outcome detected by a deduplicated read is recorded with
@@ -477,7 +498,7 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		// Not recorded: the intent stays running under our lease, and the
 		// next attempt treats this one's outcome as lost. That is exactly
 		// right, since it was.
-		return err
+		return &OutcomeNotRecordedError{Err: err}
 	}
 	if !applied {
 		if d.State == outbox.StateSucceeded || d.State == outbox.StateUnknown || f.MaybeSent {
@@ -485,7 +506,7 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 			// took the intent over; whoever decides on exhaustion or the
 			// dedupe window later must know.
 			if err := w.store.markMaybeSent(context.WithoutCancel(ctx), c.ID); err != nil {
-				return err
+				return &OutcomeNotRecordedError{Err: err}
 			}
 		}
 		w.metrics.StaleWrites.Inc()

@@ -25,6 +25,9 @@ type claimed struct {
 	expectAttempt int
 	// jobAttempt is the River attempt running this attempt.
 	jobAttempt int
+	// expectJobID, when not 0, is the batch job the finish requires the
+	// intent to still belong to.
+	expectJobID int64
 }
 
 // claimOutcome is the answer to one claim: either the claimed intent, or why

@@ -58,8 +58,8 @@ func (q *Queries) renderAttempt(r func(string) string) {
 	// claim, pending for a deduplicated read).
 	q.sqlFinish = r(`
 		WITH input AS (
-			SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[], $6::bool[], $7::bool[], $8::text[], $9::int[], $10::int[])
-				AS u(id, attempt, state, result, error, maybe_sent, keep_lease, expect_state, expect_attempt, job_attempt)
+			SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[], $6::bool[], $7::bool[], $8::text[], $9::int[], $10::int[], $11::bigint[])
+				AS u(id, attempt, state, result, error, maybe_sent, keep_lease, expect_state, expect_attempt, job_attempt, expect_job)
 		), upd AS (
 			UPDATE {{schema}}.outbox_intent t
 			SET state = u.state,
@@ -76,6 +76,7 @@ func (q *Queries) renderAttempt(r func(string) string) {
 			    updated_at = now()
 			FROM input u
 			WHERE t.id = u.id AND t.state = u.expect_state AND t.attempt = u.expect_attempt
+			  AND (u.expect_job = 0 OR t.job_id = u.expect_job)
 			RETURNING t.id, t.state, u.attempt
 		), notified AS (
 			SELECT pg_notify('{{channel_changed}}', state || ' ' || string_agg(id::text, ','))
@@ -184,6 +185,10 @@ type Finish struct {
 	ExpectAttempt int
 	// JobAttempt is the River attempt that ran this attempt.
 	JobAttempt int
+	// ExpectJobID, when not 0, fences the write on the intent's job too: a
+	// batch's attempt must not write over an intent handed over to a job
+	// of its own (its job_attempt is that job's).
+	ExpectJobID int64
 	// State is the new state.
 	State string
 	// Result is the provider's answer (kept when nil).
@@ -218,10 +223,11 @@ func (q *Queries) Finish(ctx context.Context, db Querier, fs []Finish) (map[Appl
 		expStates = make([]string, len(fs))
 		expAtts   = make([]int32, len(fs))
 		jobAtts   = make([]int32, len(fs))
+		expJobs   = make([]int64, len(fs))
 	)
 	for i, f := range fs {
 		ids[i], attempts[i], states[i], maybeSent[i], keepLease[i] = f.ID, int32(f.Attempt), f.State, f.MaybeSent, f.KeepLease
-		expStates[i], expAtts[i], jobAtts[i] = f.ExpectState, int32(f.ExpectAttempt), int32(f.JobAttempt)
+		expStates[i], expAtts[i], jobAtts[i], expJobs[i] = f.ExpectState, int32(f.ExpectAttempt), int32(f.JobAttempt), f.ExpectJobID
 		if f.Result != nil {
 			s := string(f.Result)
 			results[i] = &s
@@ -234,7 +240,7 @@ func (q *Queries) Finish(ctx context.Context, db Querier, fs []Finish) (map[Appl
 	applied := make(map[Applied]bool, len(fs))
 	var a Applied
 	var notified int64
-	rows, _ := db.Query(ctx, q.sqlFinish, ids, attempts, states, results, errs, maybeSent, keepLease, expStates, expAtts, jobAtts)
+	rows, _ := db.Query(ctx, q.sqlFinish, ids, attempts, states, results, errs, maybeSent, keepLease, expStates, expAtts, jobAtts, expJobs)
 	_, err := pgx.ForEachRow(rows, []any{&a.ID, &a.Attempt, &notified}, func() error {
 		applied[a] = true
 		return nil

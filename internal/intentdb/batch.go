@@ -2,6 +2,7 @@ package intentdb
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -13,13 +14,29 @@ func (q *Queries) renderBatch(r func(string) string) {
 	q.sqlBatchOwned = r(`SELECT id, namespace FROM {{schema}}.outbox_intent
 		WHERE id = ANY($1::bigint[]) AND job_id = $2
 		ORDER BY id`)
+	// Only the batch's current run may hand its intents over: one that River
+	// rescued (or that an operator retried) while it still ran is stale, and
+	// another run may be calling the provider for the same intents. The job
+	// row is locked first, as a cancel locks it, so neither waits on the
+	// other's intent rows.
+	q.sqlBatchCurrent = r(`SELECT state = 'running' AND attempt = $2 FROM {{schema}}.river_job
+		WHERE id = $1
+		FOR UPDATE`)
+	q.sqlBatchLock = r(`SELECT id FROM {{schema}}.outbox_intent
+		WHERE id = ANY($1::bigint[]) AND job_id = $2 AND state IN ('pending', 'running')
+		ORDER BY id
+		FOR UPDATE`)
 	// Handing an intent over to a job of its own restarts job_attempt with
 	// the new job's attempts, as a re-dispatch does: the lost-attempt rule
-	// compares the two. Whether an earlier attempt may have reached the
-	// provider stays in maybe_sent, which the batch's finish recorded.
-	q.sqlHandOver = r(`UPDATE {{schema}}.outbox_intent
-		SET job_id = $3, job_attempt = 0
-		WHERE id = $1 AND job_id = $2 AND state IN ('pending', 'running')`)
+	// compares the two. What the batch's attempt learned stays in
+	// maybe_sent: its finish recorded it, or, when the outcome could not be
+	// recorded, the handover does, and counts the attempt, as the
+	// lost-attempt rule counts an attempt that died.
+	q.sqlHandOver = r(`UPDATE {{schema}}.outbox_intent t
+		SET job_id = u.job_id, job_attempt = 0, maybe_sent = t.maybe_sent OR u.maybe_sent,
+		    attempt = t.attempt + CASE WHEN u.maybe_sent THEN 1 ELSE 0 END
+		FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) AS u(id, job_id, maybe_sent)
+		WHERE t.id = u.id`)
 }
 
 // BatchMember is an intent of a batch job that still belongs to it.
@@ -34,9 +51,28 @@ func (q *Queries) BatchOwned(ctx context.Context, db Querier, ids []int64, jobID
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[BatchMember])
 }
 
-// HandOver moves intent id from the batch job batchJobID to jobID, if it is
-// still the batch's and not terminal. It reports whether it did.
-func (q *Queries) HandOver(ctx context.Context, tx DBTX, id, batchJobID, jobID int64) (bool, error) {
-	tag, err := tx.Exec(ctx, q.sqlHandOver, id, batchJobID, jobID)
-	return tag.RowsAffected() == 1, err
+// LockBatchForHandOver locks the batch job jobID, if attempt is its
+// current running attempt (it reports false otherwise), then those of ids
+// that still belong to it and are not terminal, which it returns. tx must
+// be the handover's transaction.
+func (q *Queries) LockBatchForHandOver(ctx context.Context, tx pgx.Tx, ids []int64, jobID int64, attempt int) (current bool, owned []int64, err error) {
+	err = tx.QueryRow(ctx, q.sqlBatchCurrent, jobID, attempt).Scan(&current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, nil // deleted in River UI
+	}
+	if err != nil || !current {
+		return false, nil, err
+	}
+	rows, _ := tx.Query(ctx, q.sqlBatchLock, ids, jobID)
+	owned, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	return true, owned, err
+}
+
+// HandOver points each of ids at jobIDs[i], restarting its job_attempt,
+// and marks it maybe_sent (counting its unrecorded attempt) where
+// maybeSent[i]. The rows must have been
+// locked by LockBatchForHandOver in tx.
+func (q *Queries) HandOver(ctx context.Context, tx pgx.Tx, ids, jobIDs []int64, maybeSent []bool) error {
+	_, err := tx.Exec(ctx, q.sqlHandOver, ids, jobIDs, maybeSent)
+	return err
 }

@@ -24,7 +24,7 @@ type Queries struct {
 	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                   string
 	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
 	sqlRulesDelete, sqlRulesInsert, sqlRules                                                  string
-	sqlBatchOwned, sqlHandOver                                                                string
+	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlHandOver                                 string
 }
 
 // New returns the statements of schema, rendered once.
