@@ -37,10 +37,12 @@ type inBatchKey struct{}
 
 // IntentBatchWorker runs a batch of first attempts, each exactly as
 // IntentWorker runs an attempt (the same reads, fencing and decisions), at
-// most Concurrency at a time. An intent whose attempt does not end it (a
-// retry, a Retry-After, a stale write, a shutdown) is handed over to a River
-// job of its own, which then retries it with River's backoff, so that every
-// intent needing attention shows in River UI as itself.
+// most the concurrency it was made with at a time, across its batches. An
+// intent whose attempt does not end it (a retry, a Retry-After, a stale
+// write, an outcome not recorded, a panic, a batch out of time or stopped)
+// is handed over to a River job of its own, which then retries it with
+// River's backoff, so that every intent needing attention shows in River UI
+// as itself.
 //
 // Only deduplicated effects are batched: a batch that dies is rescued whole,
 // and resending its unfinished intents under their provider keys is safe
