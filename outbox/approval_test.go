@@ -178,6 +178,68 @@ func TestApprovalRules(t *testing.T) {
 		err = other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop", Arg: "currency", Op: ">", Value: "eur"}})
 		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
 	})
+
+	// The rules live in a trigger that fires only for the effects they
+	// name, rebuilt whenever that set changes, however the rules table is
+	// written; and left alone when it does not, so that serve starting
+	// with the rules in force takes no lock on the intent table.
+	t.Run("TriggerFollowsTheRules", func(t *testing.T) {
+		other := setup(t)
+		schema := pgx.Identifier{other.schema}.Sanitize()
+		triggerOID := func() (oid uint32) {
+			t.Helper()
+			err := other.pool.QueryRow(ctx, `SELECT coalesce(max(oid), 0) FROM pg_trigger
+				WHERE tgrelid = $1::regclass AND tgname = 'outbox_intent_approval_rules'`, schema+".outbox_intent").Scan(&oid)
+			require.NoError(t, err)
+			return oid
+		}
+		// insert writes an intent by hand, as a service with INSERT on the
+		// table could, and returns its state and rule.
+		insert := func(key, effect, args string) (state string, rule *string) {
+			t.Helper()
+			require.NoError(t, other.pool.QueryRow(ctx, `INSERT INTO `+schema+`.outbox_intent (namespace, key, effect, args)
+				VALUES ('hand', $1, $2, $3) RETURNING state, approval_rule`, key, effect, args).Scan(&state, &rule))
+			return state, rule
+		}
+
+		require.Zero(t, triggerOID(), "no rule, no trigger")
+		state, _ := insert("t-0", "noop", `{"amount": 50}`)
+		require.Equal(t, "pending", state)
+
+		require.NoError(t, other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "10"}}))
+		first := triggerOID()
+		require.NotZero(t, first)
+		state, rule := insert("t-1", "noop", `{"amount": 50}`)
+		require.Equal(t, "awaiting_approval", state)
+		require.Equal(t, "noop:amount>=10", *rule)
+		state, _ = insert("t-2", "email", `{"amount": 50}`)
+		require.Equal(t, "pending", state, "an effect no rule names")
+
+		// Other rules over the same effects: the trigger stays, the new
+		// rules apply.
+		require.NoError(t, other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "100"}}))
+		require.Equal(t, first, triggerOID())
+		state, _ = insert("t-3", "noop", `{"amount": 50}`)
+		require.Equal(t, "pending", state)
+
+		// A rule written by hand, for another effect, rebuilds it.
+		_, err := other.pool.Exec(ctx, `INSERT INTO `+schema+`.outbox_approval_rule (position, rule, effect) VALUES (2, 'email', 'email')`)
+		require.NoError(t, err)
+		require.NotEqual(t, first, triggerOID())
+		state, rule = insert("t-4", "email", `{}`)
+		require.Equal(t, "awaiting_approval", state)
+		require.Equal(t, "email", *rule)
+
+		// Emptied by TRUNCATE: no rule applies, no trigger is left.
+		_, err = other.pool.Exec(ctx, `TRUNCATE `+schema+`.outbox_approval_rule`)
+		require.NoError(t, err)
+		require.Zero(t, triggerOID())
+		state, _ = insert("t-5", "email", `{}`)
+		require.Equal(t, "pending", state)
+		state, rule = insert("t-6", "noop", `{}`)
+		require.Equal(t, "pending", state)
+		require.Nil(t, rule)
+	})
 }
 
 func TestApproveDeny(t *testing.T) {

@@ -383,6 +383,43 @@ func TestEnqueueManyTx(t *testing.T) {
 		})
 	}
 
+	// A batch of new keys in a transaction takes the statement that reads
+	// back only what the insert does not know: its answers must be the
+	// intents as stored, column for column.
+	t.Run("AllNewAnswersAsStored", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, b.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "100"}}))
+		params := []*outbox.EnqueueParams{
+			{Key: "n1", Effect: "noop", Args: map[string]any{"b": 2, "a": 1.50}},
+			{Key: "n2", Namespace: "other", Effect: "noop", Args: map[string]any{}, RequestedBy: "agent-7"},
+			{Key: "n3", Effect: "noop", Args: map[string]any{"amount": 500}},
+			{Key: "n4", Effect: "noop", Args: map[string]any{}, RequireApproval: true},
+			{Key: "n1", Effect: "noop", Args: map[string]any{"a": 1.5, "b": 2}, RequestedBy: "someone else"},
+		}
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		res, err := b.client.EnqueueManyTx(ctx, tx, params)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+
+		require.Len(t, res, len(params))
+		require.Equal(t, []bool{false, false, false, false, true}, []bool{res[0].Duplicate, res[1].Duplicate, res[2].Duplicate, res[3].Duplicate, res[4].Duplicate})
+		require.Equal(t, outbox.StateAwaitingApproval, res[2].Intent.State)
+		require.Equal(t, outbox.StateAwaitingApproval, res[3].Intent.State)
+		for i, r := range res {
+			ns := params[i].Namespace
+			if ns == "" {
+				ns = outbox.NamespaceDefault
+			}
+			stored, err := b.client.Get(ctx, ns, params[i].Key)
+			require.NoError(t, err)
+			require.Equal(t, stored, r.Intent, "intent %d", i)
+		}
+		require.Nil(t, res[4].Intent.RequestedBy, "a duplicate answers with the intent first recorded")
+	})
+
 	// A key repeated within one batch for another action is a conflict:
 	// nothing of the batch is written, and the transaction goes on.
 	t.Run("ConflictWithinTheBatch", func(t *testing.T) {

@@ -76,12 +76,38 @@ var rowColumns = []string{
 
 // columns returns rowColumns, each prefixed (a table alias, or "(r.intent)."
 // for a composite returned by a function).
-func columns(prefix string) string {
-	cols := make([]string, len(rowColumns))
-	for i, col := range rowColumns {
-		cols[i] = prefix + col
+func columns(prefix string) string { return columnsOf(prefix, rowColumns) }
+
+// newColumns lists the columns of a row just inserted that its insert
+// statement did not set or that the insert triggers may change; the
+// others hold their defaults (see scanNewRow).
+var newColumns = []string{
+	"id", "namespace", "key", "effect", "args", "state", "provider_key", "requested_by", "key_source",
+	"created_at", "updated_at", "approval_rule",
+}
+
+// columnsOf returns cols, each prefixed.
+func columnsOf(prefix string, cols []string) string {
+	out := make([]string, len(cols))
+	for i, col := range cols {
+		out[i] = prefix + col
 	}
-	return strings.Join(cols, ", ")
+	return strings.Join(out, ", ")
+}
+
+// scanNewRow reads newColumns (and extra) into a Row of a freshly inserted
+// intent: attempt 0, not maybe sent, and every other column NULL, as the
+// table's defaults and insert triggers leave it (migrations/).
+func scanNewRow(row pgx.Row, extra ...any) (*Row, error) {
+	var r Row
+	dest := []any{
+		&r.ID, &r.Namespace, &r.Key, &r.Effect, &r.Args, &r.State, &r.ProviderKey, &r.RequestedBy, &r.KeySource,
+		&r.CreatedAt, &r.UpdatedAt, &r.ApprovalRule,
+	}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 func scanRow(row pgx.Row, extra ...any) (*Row, error) {

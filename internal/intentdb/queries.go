@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Queries runs the intent table's statements in one schema. It is safe for
@@ -15,7 +17,7 @@ import (
 type Queries struct {
 	schema string
 
-	sqlEnqueueManyFast                                                                        string
+	sqlEnqueueManyFast, sqlEnqueueManyNew                                                     string
 	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
 	sqlDrainFailInvalid, sqlDrainMark, sqlDrainSelect                                         string
 	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
@@ -83,8 +85,39 @@ func (q *Queries) renderClient(r func(string) string) {
 		FROM {{schema}}.outbox_enqueue_try($1, $2, $3, $4, $5, $6, $7) r`)
 	q.sqlEnqueueMany = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict, r.ord
 		FROM {{schema}}.outbox_enqueue_many($1, $2, $3, $4, $5, $6, $7) r`)
-	// The batch's usual case, in a caller's transaction: one set-based
-	// INSERT, four times faster than outbox_enqueue_many's statement per
+	// The batch's usual case, in a caller's transaction: every key new.
+	// One set-based INSERT without ON CONFLICT (whose speculative
+	// insertion costs a tenth of the statement) and without looking any
+	// key up; it answers only what the insert did not already know: a
+	// fresh row's other columns are their defaults (readNew). A key
+	// recorded before, or by a concurrent transaction, raises a unique
+	// violation, and EnqueueMany takes the next statement. A key repeated
+	// within the batch is inserted once (its first occurrence); the others
+	// answer as duplicates of it, or conflicts.
+	q.sqlEnqueueManyNew = r(`WITH input AS (
+			SELECT u.*, row_number() OVER w AS rn, first_value(u.effect) OVER w AS first_effect, first_value(u.args) OVER w AS first_args
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[])
+				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, ord)
+			WINDOW w AS (PARTITION BY u.namespace, u.key ORDER BY u.ord)
+		), ins AS (
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state)
+			SELECT namespace, key, effect, args, requested_by, key_source,
+			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END
+			FROM input WHERE rn = 1 ORDER BY ord
+			RETURNING ` + strings.Join(newColumns, ", ") + `
+		), notified AS (
+			SELECT pg_notify('{{channel_pending}}', ''),
+			       set_config('{{guc_notified}}', clock_timestamp()::text, false)
+			WHERE EXISTS (SELECT 1 FROM ins)
+			  AND coalesce(nullif(current_setting('{{guc_notified}}', true), ''), '-infinity')::timestamptz
+			      <= clock_timestamp() - interval '{{notify_window}}'
+		)
+		SELECT ` + columnsOf("ins.", newColumns) + `, input.rn > 1,
+		       NOT (input.effect = input.first_effect AND input.args = input.first_args), input.ord - 1
+		FROM input JOIN ins ON ins.namespace = input.namespace AND ins.key = input.key,
+		     (SELECT count(*) FROM notified) n`)
+	// When a key was recorded before: one set-based INSERT ... ON
+	// CONFLICT, four times faster than outbox_enqueue_many's statement per
 	// row. A key repeated within the batch is inserted once (its first
 	// occurrence); the others answer as duplicates of it, or conflicts.
 	// EnqueueMany runs it in a savepoint and falls back to
@@ -253,12 +286,42 @@ func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow)
 	}
 	params := []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals}
 	if tx, ok := db.(pgx.Tx); ok {
-		results, err := q.enqueueManyFast(ctx, tx, len(es), params)
+		results, err := q.enqueueManyNew(ctx, tx, len(es), params)
+		if results != nil || err != nil {
+			return results, err
+		}
+		results, err = q.enqueueManyFast(ctx, tx, len(es), params)
 		if results != nil || err != nil {
 			return results, err
 		}
 	}
-	return collectMany(db.Query(ctx, q.sqlEnqueueMany, params...))(len(es))
+	return collectMany(db.Query(ctx, q.sqlEnqueueMany, params...))(len(es), scanRow)
+}
+
+// enqueueManyNew runs sqlEnqueueManyNew in a savepoint of tx. It returns
+// nil results (and the savepoint rolled back) when a key was recorded
+// before, by this batch's caller or another, or within the batch for
+// another action.
+func (q *Queries) enqueueManyNew(ctx context.Context, tx pgx.Tx, n int, params []any) ([]*EnqueueResult, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	results, err := collectMany(sp.Query(ctx, q.sqlEnqueueManyNew, params...))(n, scanNewRow)
+	if err != nil {
+		_ = sp.Rollback(ctx)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+			return nil, nil
+		}
+		return nil, err
+	}
+	for _, res := range results {
+		if res == nil || res.Conflict {
+			return nil, sp.Rollback(ctx)
+		}
+	}
+	return results, sp.Commit(ctx)
 }
 
 // enqueueManyFast runs sqlEnqueueManyFast in a savepoint of tx. It returns
@@ -269,7 +332,7 @@ func (q *Queries) enqueueManyFast(ctx context.Context, tx pgx.Tx, n int, params 
 	if err != nil {
 		return nil, err
 	}
-	results, err := collectMany(sp.Query(ctx, q.sqlEnqueueManyFast, params...))(n)
+	results, err := collectMany(sp.Query(ctx, q.sqlEnqueueManyFast, params...))(n, scanRow)
 	if err != nil {
 		_ = sp.Rollback(ctx)
 		return nil, err
@@ -283,10 +346,10 @@ func (q *Queries) enqueueManyFast(ctx context.Context, tx pgx.Tx, n int, params 
 }
 
 // collectMany reads a batch's answers, "columns, duplicate, conflict, ord"
-// (ord 0-based), into results by position. A position without an answer is
-// nil.
-func collectMany(rows pgx.Rows, err error) func(n int) ([]*EnqueueResult, error) {
-	return func(n int) ([]*EnqueueResult, error) {
+// (ord 0-based; the columns as scan reads them), into results by position.
+// A position without an answer is nil.
+func collectMany(rows pgx.Rows, err error) func(n int, scan func(pgx.Row, ...any) (*Row, error)) ([]*EnqueueResult, error) {
+	return func(n int, scan func(pgx.Row, ...any) (*Row, error)) ([]*EnqueueResult, error) {
 		if err != nil {
 			return nil, err
 		}
@@ -295,7 +358,7 @@ func collectMany(rows pgx.Rows, err error) func(n int) ([]*EnqueueResult, error)
 		for rows.Next() {
 			res := &EnqueueResult{}
 			var ord int
-			if res.Row, err = scanRow(rows, &res.Duplicate, &res.Conflict, &ord); err != nil {
+			if res.Row, err = scan(rows, &res.Duplicate, &res.Conflict, &ord); err != nil {
 				return nil, err
 			}
 			if ord < 0 || ord >= n {
