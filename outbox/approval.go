@@ -217,9 +217,13 @@ func parseApprovalRule(text string) (ApprovalRule, error) {
 
 // SetApprovalRules replaces the approval rules in force in the client's
 // schema with rules. Every enqueue after it commits obeys them, by every
-// path (this library, the SQL functions, a hand-written INSERT): the
-// table's insert trigger applies them. outboxd serve calls it at start
-// with OUTBOX_APPROVAL.
+// path (this library, the SQL functions, a hand-written INSERT): an insert
+// trigger applies them. When the set of effects the rules name changes,
+// that trigger is rebuilt in the same transaction, which locks the intent
+// table against inserts until it commits and waits at most 10 s for the
+// inserts under way (docs/design.md, "Approval rules, in an insert
+// trigger"). outboxd serve calls it at start with OUTBOX_APPROVAL, when it
+// differs from the rules stored.
 func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) error {
 	stored := make([]intentdb.ApprovalRule, len(rules))
 	for i, r := range rules {

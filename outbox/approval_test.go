@@ -217,13 +217,23 @@ func TestApprovalRules(t *testing.T) {
 
 		// Other rules over the same effects: the trigger stays, the new
 		// rules apply.
-		require.NoError(t, other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "100"}}))
+		// That holds while another transaction is inserting: no trigger is
+		// touched, so nothing waits for it.
+		open, err := other.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer open.Rollback(ctx) //nolint:errcheck
+		_, err = open.Exec(ctx, `INSERT INTO `+schema+`.outbox_intent (namespace, key, effect, args) VALUES ('hand', 'open', 'noop', '{}')`)
+		require.NoError(t, err)
+		quick, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		require.NoError(t, other.client.SetApprovalRules(quick, []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "100"}}))
+		require.NoError(t, open.Rollback(ctx))
 		require.Equal(t, first, triggerOID())
 		state, _ = insert("t-3", "noop", `{"amount": 50}`)
 		require.Equal(t, "pending", state)
 
 		// A rule written by hand, for another effect, rebuilds it.
-		_, err := other.pool.Exec(ctx, `INSERT INTO `+schema+`.outbox_approval_rule (position, rule, effect) VALUES (2, 'email', 'email')`)
+		_, err = other.pool.Exec(ctx, `INSERT INTO `+schema+`.outbox_approval_rule (position, rule, effect) VALUES (2, 'email', 'email')`)
 		require.NoError(t, err)
 		require.NotEqual(t, first, triggerOID())
 		state, rule = insert("t-4", "email", `{}`)

@@ -59,8 +59,9 @@ func (q *Queries) renderClient(r func(string) string) {
 	// cannot see that row. Enqueue then calls outbox_enqueue_try
 	// (sqlEnqueueRetry), whose statements take fresh snapshots.
 	//
-	// The provider key is set by the table's trigger, from the new row's id;
-	// the trigger also applies the approval rules (outbox_approval_rule).
+	// The provider key is set by the table's insert trigger, from the new
+	// row's id; another applies the approval rules (outbox_approval_rule)
+	// to the effects they name (migrations/007_cheaper_insert.up.sql).
 	//
 	// The notification wakes the dispatcher's drain; like the function, a
 	// session notifies at most once per NotifyWindow, because a notifying
