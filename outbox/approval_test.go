@@ -215,10 +215,9 @@ func TestApprovalRules(t *testing.T) {
 		state, _ = insert("t-2", "email", `{"amount": 50}`)
 		require.Equal(t, "pending", state, "an effect no rule names")
 
-		// Other rules over the same effects: the trigger stays, the new
-		// rules apply.
-		// That holds while another transaction is inserting: no trigger is
-		// touched, so nothing waits for it.
+		// Other rules over the same effects: the trigger stays and the new
+		// rules apply, even while another transaction is inserting (no
+		// trigger is touched, so nothing waits for it).
 		open, err := other.pool.Begin(ctx)
 		require.NoError(t, err)
 		defer open.Rollback(ctx) //nolint:errcheck

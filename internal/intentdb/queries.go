@@ -90,7 +90,7 @@ func (q *Queries) renderClient(r func(string) string) {
 	// One set-based INSERT without ON CONFLICT (whose speculative
 	// insertion costs a tenth of the statement) and without looking any
 	// key up; it answers only what the insert did not already know: a
-	// fresh row's other columns are their defaults (readNew). A key
+	// fresh row's other columns are their defaults (scanNewRow). A key
 	// recorded before, or by a concurrent transaction, raises a unique
 	// violation, and EnqueueMany takes the next statement. A key repeated
 	// within the batch is inserted once (its first occurrence); the others
