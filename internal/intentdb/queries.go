@@ -267,10 +267,11 @@ func (q *Queries) Enqueue(ctx context.Context, db Querier, e *EnqueueRow) (*Enqu
 // recorded under their keys. The results are in the order of es. When any
 // key conflicts, nothing is written; the conflicting results say so.
 //
-// In a transaction (a pgx.Tx) it is one set-based statement in a
-// savepoint; elsewhere, or when that statement meets a conflict or a race,
-// it is outbox_enqueue_many's, whose exception block is a subtransaction
-// and whose statements take fresh snapshots.
+// In a transaction (a pgx.Tx) it is a set-based statement in a savepoint:
+// a plain INSERT when every key is new, else one with ON CONFLICT.
+// Elsewhere, or when that statement meets a conflict or a race, it is
+// outbox_enqueue_many's, whose exception block is a subtransaction and
+// whose statements take fresh snapshots (docs/design.md, section 1).
 func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow) ([]*EnqueueResult, error) {
 	var (
 		namespaces   = make([]string, len(es))
@@ -287,11 +288,11 @@ func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow)
 	}
 	params := []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals}
 	if tx, ok := db.(pgx.Tx); ok {
-		results, err := q.enqueueManyNew(ctx, tx, len(es), params)
+		results, err := q.tryMany(ctx, tx, q.sqlEnqueueManyNew, scanNewRow, len(es), params)
 		if results != nil || err != nil {
 			return results, err
 		}
-		results, err = q.enqueueManyFast(ctx, tx, len(es), params)
+		results, err = q.tryMany(ctx, tx, q.sqlEnqueueManyFast, scanRow, len(es), params)
 		if results != nil || err != nil {
 			return results, err
 		}
@@ -299,43 +300,23 @@ func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow)
 	return collectMany(db.Query(ctx, q.sqlEnqueueMany, params...))(len(es), scanRow)
 }
 
-// enqueueManyNew runs sqlEnqueueManyNew in a savepoint of tx. It returns
-// nil results (and the savepoint rolled back) when a key was recorded
-// before, by this batch's caller or another, or within the batch for
-// another action.
-func (q *Queries) enqueueManyNew(ctx context.Context, tx pgx.Tx, n int, params []any) ([]*EnqueueResult, error) {
+// tryMany runs one of the batch's set-based statements (sql, its answers
+// read by scan) in a savepoint of tx. It returns nil results, and the
+// savepoint rolled back, when the batch must take the next statement: an
+// answer shows a conflict, a position got no answer, or, for
+// sqlEnqueueManyNew (without ON CONFLICT), a key was already recorded.
+func (q *Queries) tryMany(ctx context.Context, tx pgx.Tx, sql string, scan func(pgx.Row, ...any) (*Row, error), n int, params []any) ([]*EnqueueResult, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	results, err := collectMany(sp.Query(ctx, q.sqlEnqueueManyNew, params...))(n, scanNewRow)
+	results, err := collectMany(sp.Query(ctx, sql, params...))(n, scan)
 	if err != nil {
 		_ = sp.Rollback(ctx)
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+		if sql == q.sqlEnqueueManyNew && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 			return nil, nil
 		}
-		return nil, err
-	}
-	for _, res := range results {
-		if res == nil || res.Conflict {
-			return nil, sp.Rollback(ctx)
-		}
-	}
-	return results, sp.Commit(ctx)
-}
-
-// enqueueManyFast runs sqlEnqueueManyFast in a savepoint of tx. It returns
-// nil results (and the savepoint rolled back) when the batch needs the
-// function's path: a conflict, or a key that got no answer.
-func (q *Queries) enqueueManyFast(ctx context.Context, tx pgx.Tx, n int, params []any) ([]*EnqueueResult, error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	results, err := collectMany(sp.Query(ctx, q.sqlEnqueueManyFast, params...))(n, scanRow)
-	if err != nil {
-		_ = sp.Rollback(ctx)
 		return nil, err
 	}
 	for _, res := range results {
