@@ -107,6 +107,27 @@ func TestExamplesTypeScript(t *testing.T) {
 			require.Equal(t, before+1, p.sb.Stripe.Effects(), "one charge at Stripe")
 		})
 	}
+
+	// Under a rule that holds every charge for a person, the fetch example
+	// reports the intent awaiting approval at once, rather than waiting on
+	// it, and nothing is charged.
+	t.Run("fetch/AwaitingApproval", func(t *testing.T) {
+		held := newProviderEnv(t, false, "OUTBOX_APPROVAL=charge")
+		srv := held.serve()
+		start := time.Now()
+		out := runExample(t, srv, "typescript", "npx", "tsx", "fetch.ts")
+		// Not a measure of speed: a wait on the intent would hold the
+		// example for its whole 30 s, which is what this rules out.
+		require.Less(t, time.Since(start), 25*time.Second, "the example waited on an intent that waits for a person")
+		require.Equal(t, "fetch", out.Example)
+		require.Len(t, out.IntentIDs, 3)
+		for _, id := range out.IntentIDs {
+			require.Equal(t, out.IntentIDs[0], id, "every answer names the one intent")
+		}
+		require.Equal(t, []bool{false, true, true}, out.Duplicates)
+		require.Equal(t, "awaiting_approval", out.State)
+		require.Zero(t, held.sb.Stripe.Effects(), "nothing charged before a person approves")
+	})
 }
 
 func TestExamplePython(t *testing.T) {
