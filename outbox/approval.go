@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-dev/outbox/internal/intentdb"
 )
@@ -217,13 +219,14 @@ func parseApprovalRule(text string) (ApprovalRule, error) {
 
 // SetApprovalRules replaces the approval rules in force in the client's
 // schema with rules. Every enqueue after it commits obeys them, by every
-// path (this library, the SQL functions, a hand-written INSERT): an insert
-// trigger applies them. When the set of effects the rules name changes,
-// that trigger is rebuilt in the same transaction, which locks the intent
-// table against inserts until it commits and waits at most 10 s for the
-// inserts under way (docs/design.md, "Approval rules, in an insert
-// trigger"). outboxd serve calls it at start with OUTBOX_APPROVAL, when it
-// differs from the rules stored.
+// path (this library, the SQL functions, a hand-written INSERT): they are
+// compiled into an insert trigger in the same transaction, which locks the
+// intent table against writes (not reads) until it commits, and waits at
+// most 10 s for the transactions writing intents at that moment
+// (docs/design.md, "Approval rules, in an insert trigger"). Setting the
+// rules already in force changes nothing and takes no such lock. outboxd
+// serve calls it at start with OUTBOX_APPROVAL, when it differs from the
+// rules stored.
 func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) error {
 	stored := make([]intentdb.ApprovalRule, len(rules))
 	for i, r := range rules {
@@ -242,7 +245,9 @@ func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) err
 			stored[i].Num = &v
 		}
 	}
-	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	// READ COMMITTED whatever the server's default: the trigger that
+	// applies the rules is built from the rules committed last.
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		// One writer at a time: replicas starting together each replace
 		// the whole set, never interleave.
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{c.schema, "outbox_approval_rule"}.Sanitize()+" IN EXCLUSIVE MODE"); err != nil {
@@ -250,6 +255,10 @@ func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) err
 		}
 		return c.queries.SetApprovalRules(ctx, tx, stored)
 	})
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
+		return fmt.Errorf("error changing approval rules: the intent table stayed busy with writes for 10 s, so the trigger applying the rules could not be rebuilt; nothing changed: %w", err)
+	}
+	return err
 }
 
 // ApprovalRules returns the rules in force, as written, in order.

@@ -179,19 +179,41 @@ func TestApprovalRules(t *testing.T) {
 		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
 	})
 
-	// The rules live in a trigger that fires only for the effects they
-	// name, rebuilt whenever that set changes, however the rules table is
-	// written; and left alone when it does not, so that serve starting
-	// with the rules in force takes no lock on the intent table.
+	// A rebuild that cannot lock the intent table within 10 s, because a
+	// transaction keeps writing to it, gives up, and changes nothing.
+	t.Run("RebuildGivesUp", func(t *testing.T) {
+		t.Parallel()
+		other := setup(t)
+		schema := pgx.Identifier{other.schema}.Sanitize()
+		open, err := other.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer open.Rollback(ctx) //nolint:errcheck
+		_, err = open.Exec(ctx, `INSERT INTO `+schema+`.outbox_intent (namespace, key, effect, args) VALUES ('hand', 'open', 'noop', '{}')`)
+		require.NoError(t, err)
+
+		err = other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop"}})
+		require.ErrorContains(t, err, "stayed busy with writes for 10 s")
+		require.NoError(t, open.Rollback(ctx))
+		rules, err := other.client.ApprovalRules(ctx)
+		require.NoError(t, err)
+		require.Empty(t, rules)
+		res, err := other.enqueue(t, &outbox.EnqueueParams{Key: "after", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatePending, res.Intent.State)
+	})
+
+	// The rules are compiled into a trigger that fires only for the
+	// effects they name, rebuilt whenever they change, however the rules
+	// table is written; and left alone when they do not, so that serve
+	// starting with the rules in force takes no lock on the intent table.
 	t.Run("TriggerFollowsTheRules", func(t *testing.T) {
 		other := setup(t)
 		schema := pgx.Identifier{other.schema}.Sanitize()
-		triggerOID := func() (oid uint32) {
+		trigger := func() (def string) {
 			t.Helper()
-			err := other.pool.QueryRow(ctx, `SELECT coalesce(max(oid), 0) FROM pg_trigger
-				WHERE tgrelid = $1::regclass AND tgname = 'outbox_intent_approval_rules'`, schema+".outbox_intent").Scan(&oid)
-			require.NoError(t, err)
-			return oid
+			require.NoError(t, other.pool.QueryRow(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger
+				WHERE tgrelid = $1::regclass AND tgname = 'outbox_intent_approval_rules'`, schema+".outbox_intent").Scan(&def))
+			return def
 		}
 		// insert writes an intent by hand, as a service with INSERT on the
 		// table could, and returns its state and rule.
@@ -201,51 +223,97 @@ func TestApprovalRules(t *testing.T) {
 				VALUES ('hand', $1, $2, $3) RETURNING state, approval_rule`, key, effect, args).Scan(&state, &rule))
 			return state, rule
 		}
+		// openInsert begins a transaction that inserts an intent and stays
+		// open, holding its lock on the table until rolled back.
+		openInsert := func(key string) pgx.Tx {
+			t.Helper()
+			tx, err := other.pool.Begin(ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(ctx) })
+			_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.outbox_intent (namespace, key, effect, args) VALUES ('hand', $1, 'noop', '{}')`, key)
+			require.NoError(t, err)
+			return tx
+		}
 
-		require.Zero(t, triggerOID(), "no rule, no trigger")
+		require.Contains(t, trigger(), "WHEN (false)", "no rule: the trigger never fires")
+		// Only the rules table's triggers rebuild it: PUBLIC may not, so no
+		// role can hold the intent table's lock by calling it.
+		var acl string
+		require.NoError(t, other.pool.QueryRow(ctx, `SELECT coalesce(array_to_string(proacl, ','), 'default') FROM pg_proc
+			WHERE oid = $1::regprocedure`, schema+".outbox_approval_sync_trigger()").Scan(&acl))
+		require.NotEqual(t, "default", acl, "the default ACL grants EXECUTE to PUBLIC")
+		require.NotRegexp(t, `(^|,)=`, acl, "no entry for PUBLIC")
 		state, _ := insert("t-0", "noop", `{"amount": 50}`)
 		require.Equal(t, "pending", state)
 
-		require.NoError(t, other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "10"}}))
-		first := triggerOID()
-		require.NotZero(t, first)
+		ten := []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "10"}}
+		require.NoError(t, other.client.SetApprovalRules(ctx, ten))
+		compiled := trigger()
+		require.Contains(t, compiled, "'noop'")
 		state, rule := insert("t-1", "noop", `{"amount": 50}`)
 		require.Equal(t, "awaiting_approval", state)
 		require.Equal(t, "noop:amount>=10", *rule)
 		state, _ = insert("t-2", "email", `{"amount": 50}`)
 		require.Equal(t, "pending", state, "an effect no rule names")
 
-		// Other rules over the same effects: the trigger stays and the new
-		// rules apply, even while another transaction is inserting (no
-		// trigger is touched, so nothing waits for it).
-		open, err := other.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer open.Rollback(ctx) //nolint:errcheck
-		_, err = open.Exec(ctx, `INSERT INTO `+schema+`.outbox_intent (namespace, key, effect, args) VALUES ('hand', 'open', 'noop', '{}')`)
-		require.NoError(t, err)
+		// The same rules again, while another transaction is inserting:
+		// nothing to rebuild, so nothing waits for it.
+		open := openInsert("open-1")
 		quick, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		require.NoError(t, other.client.SetApprovalRules(quick, []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "100"}}))
+		require.NoError(t, other.client.SetApprovalRules(quick, ten))
 		require.NoError(t, open.Rollback(ctx))
-		require.Equal(t, first, triggerOID())
+		require.Equal(t, compiled, trigger())
+
+		// Another threshold applies at once.
+		require.NoError(t, other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop", Arg: "amount", Op: ">=", Value: "100"}}))
 		state, _ = insert("t-3", "noop", `{"amount": 50}`)
 		require.Equal(t, "pending", state)
 
-		// A rule written by hand, for another effect, rebuilds it.
-		_, err = other.pool.Exec(ctx, `INSERT INTO `+schema+`.outbox_approval_rule (position, rule, effect) VALUES (2, 'email', 'email')`)
-		require.NoError(t, err)
-		require.NotEqual(t, first, triggerOID())
-		state, rule = insert("t-4", "email", `{}`)
-		require.Equal(t, "awaiting_approval", state)
-		require.Equal(t, "email", *rule)
+		// Two rules written by hand at once, each in its own transaction,
+		// while an insert holds the table: neither is lost, although both
+		// transactions were waiting to rebuild the trigger together.
+		open = openInsert("open-2")
+		errs := make(chan error, 2)
+		for i, effect := range []string{"email", "ticket"} {
+			go func() {
+				_, err := other.pool.Exec(ctx, `INSERT INTO `+schema+`.outbox_approval_rule (position, rule, effect) VALUES ($1, $2, $2)`, 10+i, effect)
+				errs <- err
+			}()
+		}
+		require.Eventually(t, func() bool {
+			var waiting int
+			err := other.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%outbox_approval_rule (position%'`).Scan(&waiting)
+			return err == nil && waiting == 2
+		}, 10*time.Second, 10*time.Millisecond, "both rule changes wait")
+		require.NoError(t, open.Rollback(ctx))
+		require.NoError(t, <-errs)
+		require.NoError(t, <-errs)
+		for _, effect := range []string{"email", "ticket"} {
+			state, rule = insert("t-4-"+effect, effect, `{}`)
+			require.Equal(t, "awaiting_approval", state, effect)
+			require.Equal(t, effect, *rule)
+		}
 
-		// Emptied by TRUNCATE: no rule applies, no trigger is left.
+		// The rules can only be changed in READ COMMITTED, where each
+		// change reads the one committed before it.
+		tx, err := other.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `DELETE FROM `+schema+`.outbox_approval_rule`)
+		require.NoError(t, err)
+		err = tx.Commit(ctx)
+		require.ErrorContains(t, err, "READ COMMITTED")
+		state, _ = insert("t-5", "email", `{}`)
+		require.Equal(t, "awaiting_approval", state, "the refused change changed nothing")
+
+		// Emptied by TRUNCATE: no rule applies.
 		_, err = other.pool.Exec(ctx, `TRUNCATE `+schema+`.outbox_approval_rule`)
 		require.NoError(t, err)
-		require.Zero(t, triggerOID())
-		state, _ = insert("t-5", "email", `{}`)
+		require.Contains(t, trigger(), "WHEN (false)")
+		state, _ = insert("t-6", "email", `{}`)
 		require.Equal(t, "pending", state)
-		state, rule = insert("t-6", "noop", `{}`)
+		state, rule = insert("t-7", "noop", `{}`)
 		require.Equal(t, "pending", state)
 		require.Nil(t, rule)
 	})
