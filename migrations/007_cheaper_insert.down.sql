@@ -2,6 +2,7 @@ DROP TRIGGER outbox_approval_rule_truncated ON {{schema}}.outbox_approval_rule;
 DROP TRIGGER outbox_approval_rule_changed ON {{schema}}.outbox_approval_rule;
 DROP FUNCTION {{schema}}.outbox_approval_rule_changed();
 DROP FUNCTION {{schema}}.outbox_approval_sync_trigger();
+DROP FUNCTION {{schema}}.outbox_approval_compile();
 DROP TRIGGER outbox_intent_approval_rules ON {{schema}}.outbox_intent;
 DROP FUNCTION {{schema}}.outbox_intent_apply_approval_rules();
 DROP FUNCTION {{schema}}.outbox_trigger_arg(text);

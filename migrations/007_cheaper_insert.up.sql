@@ -20,7 +20,7 @@ BEGIN
     ), 'base64'), '+/', '-_'), '=');
     IF NEW.state = 'awaiting_approval' THEN
         NEW.approval_rule := coalesce(NEW.approval_rule, 'requested');
-    ELSE
+    ELSIF NEW.state = 'pending' THEN
         -- Only a rule (the trigger before this one) or the caller's
         -- request names one.
         NEW.approval_rule := NULL;
@@ -59,34 +59,19 @@ BEGIN
 END;
 $$;
 
--- outbox_approval_sync_trigger compiles the rules table into that trigger,
--- in position order (WHEN (false), no arguments, when there is no rule).
+-- outbox_approval_compile compiles the rules table into that trigger, in
+-- position order (WHEN (false), no arguments, when there is no rule).
 -- CREATE OR REPLACE TRIGGER takes a SHARE ROW EXCLUSIVE lock on the intent
 -- table: writes to it wait until the transaction ends, reads do not. So it
 -- runs only when the rules changed (the compiled arguments are kept in the
--- trigger's comment), not when serve starts with the rules in force, and it
--- waits at most 10 s for the transactions writing intents at that moment
--- (writes that come later queue behind it meanwhile) before the rules'
--- change fails as a whole.
---
--- Two transactions changing rules at once are serialized by an advisory
--- lock, each reading the rules after the other committed; that needs READ
--- COMMITTED (a fresh snapshot per statement), so other levels are refused.
--- It runs as its owner, and only the rules table's triggers call it.
-CREATE FUNCTION {{schema}}.outbox_approval_sync_trigger() RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
+-- trigger's comment), not when serve starts with the rules in force.
+CREATE FUNCTION {{schema}}.outbox_approval_compile() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_args    text;
     v_effects text;
     v_current text;
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = '25001',
-            MESSAGE = 'outbox: change the approval rules in a READ COMMITTED transaction, so that the trigger applying them is built from the rules committed last';
-    END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('outbox_approval_sync'), '{{schema}}.outbox_approval_rule'::regclass::oid::integer);
-
     SELECT string_agg(format('%L, %L, %L, %L, %L, %L', r.rule, r.effect,
                coalesce('v' || r.arg, ''), coalesce('v' || r.op, ''), coalesce('v' || r.value, ''), coalesce('v' || r.num::text, '')),
                ', ' ORDER BY r.position)
@@ -104,6 +89,29 @@ BEGIN
         CASE WHEN v_effects IS NULL THEN 'false' ELSE format('NEW.state = %L AND NEW.effect IN (%s)', 'pending', v_effects) END,
         coalesce(v_args, ''));
     EXECUTE format('COMMENT ON TRIGGER outbox_intent_approval_rules ON {{schema}}.outbox_intent IS %L', v_args);
+END;
+$$;
+REVOKE EXECUTE ON FUNCTION {{schema}}.outbox_approval_compile() FROM PUBLIC;
+
+-- outbox_approval_sync_trigger compiles the rules for a transaction that
+-- changed them. It waits at most 10 s for its locks (the transactions
+-- writing intents at that moment; writes that come later queue behind it
+-- meanwhile) before the rules' change fails as a whole. Two transactions
+-- changing rules at once are serialized by an advisory lock, each reading
+-- the rules after the other committed; that needs READ COMMITTED (a fresh
+-- snapshot per statement), so other levels are refused. It runs as its
+-- owner, so that a role allowed to write the rules need not own the intent
+-- table; only the owner may call it, or attach the trigger function below.
+CREATE FUNCTION {{schema}}.outbox_approval_sync_trigger() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '25001',
+            MESSAGE = 'outbox: change the approval rules in a READ COMMITTED transaction, so that the trigger applying them is built from the rules committed last';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('outbox_approval_sync'), '{{schema}}.outbox_approval_rule'::regclass::oid::integer);
+    PERFORM {{schema}}.outbox_approval_compile();
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION {{schema}}.outbox_approval_sync_trigger() FROM PUBLIC;
@@ -128,6 +136,10 @@ CREATE CONSTRAINT TRIGGER outbox_approval_rule_changed
 CREATE TRIGGER outbox_approval_rule_truncated
     AFTER TRUNCATE ON {{schema}}.outbox_approval_rule
     FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.outbox_approval_rule_changed();
+-- A trigger function can be attached by anyone allowed to execute it, to a
+-- temporary table of their own: this one runs as its owner.
+REVOKE EXECUTE ON FUNCTION {{schema}}.outbox_approval_rule_changed() FROM PUBLIC;
 
--- The rules already stored.
-SELECT {{schema}}.outbox_approval_sync_trigger();
+-- The rules already stored. The migration runs under the migrator's lock,
+-- at whatever isolation level the server defaults to.
+SELECT {{schema}}.outbox_approval_compile();

@@ -47,6 +47,32 @@ func TestMigratorUp(t *testing.T) {
 		require.True(t, st.UpToDate())
 	})
 
+	// A server whose default isolation is not READ COMMITTED migrates too
+	// (007 compiles the stored approval rules, which a change of the rules
+	// may only do in READ COMMITTED).
+	t.Run("SerializableByDefault", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+		require.NoError(t, err)
+		cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "serializable"
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		schema := fmt.Sprintf("mig_ser_%d", time.Now().UnixNano())
+		t.Cleanup(func() {
+			_, err := pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			require.NoError(t, err)
+		})
+		m, err := migrations.New(pool, schema)
+		require.NoError(t, err)
+		_, err = m.Up(ctx)
+		require.NoError(t, err)
+		var level string
+		require.NoError(t, pool.QueryRow(ctx, "SHOW transaction_isolation").Scan(&level))
+		require.Equal(t, "serializable", level)
+	})
+
 	t.Run("TwiceIsANoOp", func(t *testing.T) {
 		t.Parallel()
 

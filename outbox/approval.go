@@ -256,7 +256,7 @@ func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) err
 		return c.queries.SetApprovalRules(ctx, tx, stored)
 	})
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
-		return fmt.Errorf("error changing approval rules: the intent table stayed busy with writes for 10 s, so the trigger applying the rules could not be rebuilt; nothing changed: %w", err)
+		return fmt.Errorf("error changing approval rules: the trigger applying them could not be rebuilt within 10 s (the intent table busy with writes, or another change of the rules under way); nothing changed: %w", err)
 	}
 	return err
 }
