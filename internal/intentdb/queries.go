@@ -49,6 +49,17 @@ func New(schema string) *Queries {
 // Schema returns the schema the statements run in.
 func (q *Queries) Schema() string { return q.schema }
 
+// batchNotified is the body of a batch insert's "notified" CTE: it wakes
+// the dispatcher's drain when the CTE "ins" inserted anything, at most once
+// per NotifyWindow per session, as the single enqueue does.
+const batchNotified = `
+			SELECT pg_notify('{{channel_pending}}', ''),
+			       set_config('{{guc_notified}}', clock_timestamp()::text, false)
+			WHERE EXISTS (SELECT 1 FROM ins)
+			  AND coalesce(nullif(current_setting('{{guc_notified}}', true), ''), '-infinity')::timestamptz
+			      <= clock_timestamp() - interval '{{notify_window}}'
+		`
+
 func (q *Queries) renderClient(r func(string) string) {
 	// The enqueue is one statement. Its usual case, a new key or a key
 	// recorded long ago, is this plain statement. It does what the SQL
@@ -106,13 +117,7 @@ func (q *Queries) renderClient(r func(string) string) {
 			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END
 			FROM input WHERE rn = 1 ORDER BY ord
 			RETURNING ` + strings.Join(newColumns, ", ") + `
-		), notified AS (
-			SELECT pg_notify('{{channel_pending}}', ''),
-			       set_config('{{guc_notified}}', clock_timestamp()::text, false)
-			WHERE EXISTS (SELECT 1 FROM ins)
-			  AND coalesce(nullif(current_setting('{{guc_notified}}', true), ''), '-infinity')::timestamptz
-			      <= clock_timestamp() - interval '{{notify_window}}'
-		)
+		), notified AS (` + batchNotified + `)
 		SELECT ` + columnsOf("ins.", newColumns) + `, input.rn > 1,
 		       NOT (input.effect = input.first_effect AND input.args = input.first_args), input.ord - 1
 		FROM input JOIN ins ON ins.namespace = input.namespace AND ins.key = input.key,
@@ -135,13 +140,7 @@ func (q *Queries) renderClient(r func(string) string) {
 			FROM input WHERE rn = 1 ORDER BY ord
 			ON CONFLICT (namespace, key) DO NOTHING
 			RETURNING {{columns}}
-		), notified AS (
-			SELECT pg_notify('{{channel_pending}}', ''),
-			       set_config('{{guc_notified}}', clock_timestamp()::text, false)
-			WHERE EXISTS (SELECT 1 FROM ins)
-			  AND coalesce(nullif(current_setting('{{guc_notified}}', true), ''), '-infinity')::timestamptz
-			      <= clock_timestamp() - interval '{{notify_window}}'
-		)
+		), notified AS (` + batchNotified + `)
 		SELECT ` + columns("t.") + `, t.duplicate, t.conflict, t.ord - 1 FROM (
 			SELECT ` + columns("ins.") + `, input.rn > 1 AS duplicate,
 			       NOT (ins.effect = input.effect AND ins.args = input.args) AS conflict, input.ord
