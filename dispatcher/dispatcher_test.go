@@ -625,3 +625,77 @@ func TestBatchWriteGuards(t *testing.T) {
 	require.False(t, finish(ids[0], batchID))
 	require.True(t, finish(ids[1], batchID))
 }
+
+// gated is a deduplicated effect that counts its calls per provider key and
+// holds a call whose arguments say "hold" until release is closed.
+type gated struct {
+	mu      sync.Mutex
+	calls   map[string]int
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (*gated) Name() string                       { return "gated" }
+func (*gated) Guarantee() effects.Guarantee       { return effects.GuaranteeDeduplicated }
+func (*gated) ValidateArgs(json.RawMessage) error { return nil }
+func (e *gated) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
+	e.mu.Lock()
+	e.calls[req.ProviderKey]++
+	e.mu.Unlock()
+	if bytes.Contains(req.Args, []byte(`"hold"`)) {
+		close(e.held)
+		select {
+		case <-e.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return json.RawMessage(`{}`), nil
+}
+
+// An attempt that waited for a slot behind another reads its intent again
+// rather than trusting the batch's read: an intent that ended meanwhile is
+// not sent again.
+func TestBatchAttemptAfterWaitRereads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	e := &gated{calls: map[string]int{}, held: make(chan struct{}), release: make(chan struct{})}
+	reg, err := effects.NewRegistry(e)
+	require.NoError(t, err)
+	b.reg = reg
+	client, err := outbox.NewClient(b.pool, &outbox.Config{Effects: reg, Schema: b.schema})
+	require.NoError(t, err)
+	b.client = client
+	res, err := client.EnqueueManyTx(ctx, b.pool, []*outbox.EnqueueParams{
+		{Key: "first", Effect: "gated", Args: map[string]any{"do": "hold"}},
+		{Key: "second", Effect: "gated", Args: map[string]any{}},
+	})
+	require.NoError(t, err)
+	first, second := res[0].Intent, res[1].Intent
+	d := b.dispatcher(t, &Config{BatchFirstAttempts: true, Workers: 1})
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+
+	// The batch read both intents and holds the only slot with the first.
+	select {
+	case <-e.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first attempt did not begin")
+	}
+	// Meanwhile the second ends elsewhere (as a job of its own would end
+	// it after a re-dispatch).
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("outbox_intent")+` SET state = 'succeeded', attempt = 1, completed_at = now(),
+		result = '{"by": "elsewhere"}' WHERE id = $1`, second.ID)
+	require.NoError(t, err)
+	close(e.release)
+
+	got := b.succeeded(t, 30*time.Second, &outbox.EnqueueParams{Key: "first"}, &outbox.EnqueueParams{Key: "second"})
+	require.JSONEq(t, `{"by": "elsewhere"}`, string(got[1].Result))
+	require.Eventually(t, func() bool {
+		return b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")+` WHERE kind = '`+workers.IntentBatchArgs{}.Kind()+`' AND state = 'completed'`) == 1
+	}, 30*time.Second, 50*time.Millisecond)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	require.Equal(t, map[string]int{first.ProviderKey: 1}, e.calls, "the second intent was not sent")
+}

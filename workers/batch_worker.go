@@ -85,7 +85,7 @@ func (w *IntentBatchWorker) Timeout(*river.Job[IntentBatchArgs]) time.Duration {
 
 // handOff is a member of a batch going on to a job of its own.
 type handOff struct {
-	member intentdb.BatchMember
+	member *intentdb.AttemptRow
 	// delay is how long the new job waits: River's first backoff, or a
 	// provider's Retry-After.
 	delay time.Duration
@@ -121,12 +121,18 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 		// begin is over, no slot is taken at all, and a slot taken is
 		// always used (an attempt begun just then still has about an
 		// effect timeout left).
-		took := false
+		took, waited := false, false
 		if beginCtx.Err() == nil {
 			select {
 			case w.sem <- struct{}{}:
 				took = true
-			case <-beginCtx.Done():
+			default:
+				waited = true
+				select {
+				case w.sem <- struct{}{}:
+					took = true
+				case <-beginCtx.Done():
+				}
 			}
 		}
 		if !took {
@@ -139,10 +145,20 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 			mu.Unlock()
 			break
 		}
+		// An attempt begun at once uses the batch's read of its intent
+		// (one statement for the batch instead of one read each). One that
+		// waited for a slot, behind other attempts, reads it again: its
+		// intent may have ended meanwhile (re-dispatched and run by a job
+		// of its own), and a fresh read then skips a call the provider
+		// would only have deduplicated.
+		read := m
+		if waited {
+			read = nil
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := w.attempt(attemptCtx, ref, m)
+			err := w.attempt(attemptCtx, ref, m, read)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -173,10 +189,11 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 	return err
 }
 
-// attempt runs m's attempt, holding a concurrency slot until it ends. A
+// attempt runs m's attempt, holding a concurrency slot until it ends, from
+// read when not nil (the batch's read of m), else from a read of its own. A
 // panic (an effect's bug) is the attempt's error, as River makes it a job's:
 // it must not take the other attempts down with the process.
-func (w *IntentBatchWorker) attempt(ctx context.Context, ref jobRef, m intentdb.BatchMember) (err error) {
+func (w *IntentBatchWorker) attempt(ctx context.Context, ref jobRef, m, read *intentdb.AttemptRow) (err error) {
 	defer func() { <-w.sem }()
 	defer func() {
 		if r := recover(); r != nil {
@@ -185,7 +202,7 @@ func (w *IntentBatchWorker) attempt(ctx context.Context, ref jobRef, m intentdb.
 			err = &OutcomeNotRecordedError{Err: fmt.Errorf("attempt panicked: %v", r)}
 		}
 	}()
-	ref.intentID = m.ID
+	ref.intentID, ref.read = m.ID, read
 	return w.intents.work(ctx, ref)
 }
 

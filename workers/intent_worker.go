@@ -178,6 +178,9 @@ type jobRef struct {
 	// batchJobID is the batch job running the attempt, or 0 for a job of
 	// the intent's own. A batch's finish is fenced on it.
 	batchJobID int64
+	// read is the intent as its batch read it when the batch began, or
+	// nil: the attempt then reads it itself.
+	read *intentdb.AttemptRow
 }
 
 // work runs one attempt of an intent for job.
@@ -302,9 +305,16 @@ func (w *IntentWorker) begin(ctx context.Context, job jobRef) (*claimed, error) 
 	// The job's queue is its intent's effect, so whether it may be
 	// deduplicated is known before the intent is read.
 	if e, ok := w.effects.Get(job.queue); ok && mayDedupe(e) {
-		r, err := w.reads.do(ctx, id)
-		if err != nil {
-			return nil, err
+		// A batch read its intents when it began (one statement for all).
+		// What changed since cannot be written over: the finish is fenced
+		// on the state, attempt number and job read, and a resend of a
+		// deduplicated effect under its provider key is deduplicated.
+		r := job.read
+		if r == nil {
+			var err error
+			if r, err = w.reads.do(ctx, id); err != nil {
+				return nil, err
+			}
 		}
 		switch {
 		case r == nil:

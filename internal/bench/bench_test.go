@@ -81,7 +81,8 @@ func BenchmarkOne(b *testing.B) {
 	pool := testdb.Pool(b)
 	for b.Loop() {
 		workersN, _ := strconv.Atoi(os.Getenv("BENCH_WORKERS"))
-		r, err := Run(context.Background(), pool, Kinds[kind], &Config{Count: count, Workers: workersN}, 0)
+		clients, _ := strconv.Atoi(os.Getenv("BENCH_CLIENTS"))
+		r, err := Run(context.Background(), pool, Kinds[kind], &Config{Clients: clients, Count: count, Workers: workersN}, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

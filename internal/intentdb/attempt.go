@@ -50,9 +50,7 @@ func (q *Queries) renderAttempt(r func(string) string) {
 	// the provider dedupes concurrent attempts on the provider key, so the
 	// claim's write (and its commit) would buy nothing. Its finish is then
 	// fenced on the state and attempt number it read.
-	q.sqlRead = r(`SELECT id, attempt, args, created_at, effect, maybe_sent, namespace, state, provider_key, lease_expires_at, job_attempt,
-			extract(epoch FROM now() - created_at)::float8
-		FROM {{schema}}.outbox_intent WHERE id = ANY($1::bigint[])`)
+	q.sqlRead = r(`SELECT ` + readColumns + ` FROM {{schema}}.outbox_intent WHERE id = ANY($1::bigint[])`)
 	// The finish is fenced: it matches only a row still in the state, and
 	// under the attempt number, that its attempt left it in (running after a
 	// claim, pending for a deduplicated read).
@@ -160,17 +158,25 @@ func (q *Queries) Statuses(ctx context.Context, db Querier, ids []int64) (map[in
 	return out, err
 }
 
+// readColumns are what a read of an intent for an attempt selects, in the
+// order scanRead scans them.
+const readColumns = `id, attempt, args, created_at, effect, maybe_sent, namespace, state, provider_key, lease_expires_at, job_attempt,
+	extract(epoch FROM now() - created_at)::float8`
+
+// scanRead scans a row of readColumns.
+func scanRead(row pgx.CollectableRow) (*AttemptRow, error) {
+	var a AttemptRow
+	var age float64
+	err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace,
+		&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt, &age)
+	a.Age = seconds(age)
+	return &a, err
+}
+
 // Read reads each of ids that exists, without claiming it.
 func (q *Queries) Read(ctx context.Context, db Querier, ids []int64) (map[int64]*AttemptRow, error) {
 	rows, _ := db.Query(ctx, q.sqlRead, ids)
-	read, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AttemptRow, error) {
-		var a AttemptRow
-		var age float64
-		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace,
-			&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt, &age)
-		a.Age = seconds(age)
-		return &a, err
-	})
+	read, err := pgx.CollectRows(rows, scanRead)
 	return byID(read), err
 }
 

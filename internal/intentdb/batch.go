@@ -11,7 +11,10 @@ func (q *Queries) renderBatch(r func(string) string) {
 	// A batch job runs the first attempts of the intents that still name it
 	// as their job: one the reconciler re-dispatched, or one an earlier run
 	// of the batch handed over, belongs to another job now.
-	q.sqlBatchOwned = r(`SELECT id, namespace FROM {{schema}}.outbox_intent
+	// The batch reads its intents once, as an attempt of a job of its own
+	// reads one (the same columns), so that its attempts need no read of
+	// their own.
+	q.sqlBatchOwned = r(`SELECT ` + readColumns + ` FROM {{schema}}.outbox_intent
 		WHERE id = ANY($1::bigint[]) AND job_id = $2
 		ORDER BY id`)
 	// Only the batch's current run may hand its intents over: one that River
@@ -39,16 +42,11 @@ func (q *Queries) renderBatch(r func(string) string) {
 		WHERE t.id = u.id`)
 }
 
-// BatchMember is an intent of a batch job that still belongs to it.
-type BatchMember struct {
-	ID        int64
-	Namespace string
-}
-
-// BatchOwned returns those of ids whose job is still jobID, in id order.
-func (q *Queries) BatchOwned(ctx context.Context, db Querier, ids []int64, jobID int64) ([]BatchMember, error) {
+// BatchOwned reads, as Read does, those of ids whose job is still jobID, in
+// id order.
+func (q *Queries) BatchOwned(ctx context.Context, db Querier, ids []int64, jobID int64) ([]*AttemptRow, error) {
 	rows, _ := db.Query(ctx, q.sqlBatchOwned, ids, jobID)
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[BatchMember])
+	return pgx.CollectRows(rows, scanRead)
 }
 
 // LockBatchForHandOver locks the batch job jobID, if attempt is its
