@@ -3,10 +3,12 @@ package migrations_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -83,4 +85,75 @@ func TestMigratorUp(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, res.Applied)
 	})
+}
+
+// The row checks that migration 008 moved from CHECK constraints into the
+// intent table's triggers refuse what the constraints refused, on insert and
+// on update, with the same SQLSTATE and constraint name, and without the row
+// in the message.
+func TestRowChecks(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool, schema := testdb.MigratedSchema(t)
+	table := pgx.Identifier{schema, "outbox_intent"}.Sanitize()
+
+	insert := func(namespace, key, effect, args, keySource string, requestedBy *string) error {
+		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args, key_source, requested_by)
+			VALUES ($1, $2, $3, $4::jsonb, $5, $6)`, namespace, key, effect, args, keySource, requestedBy)
+		return err
+	}
+	long := strings.Repeat("x", 256)
+	cases := []struct {
+		name       string
+		constraint string
+		err        error
+	}{
+		{"NamespaceEmpty", "outbox_intent_namespace_check", insert("", "k", "noop", `{}`, "explicit", nil)},
+		{"NamespaceSpace", "outbox_intent_namespace_check", insert("a b", "k", "noop", `{}`, "explicit", nil)},
+		{"NamespaceTooLong", "outbox_intent_namespace_check", insert(long[:65], "k", "noop", `{}`, "explicit", nil)},
+		{"KeyNonASCII", "outbox_intent_key_check", insert("ns", "clé", "noop", `{}`, "explicit", nil)},
+		{"KeyTooLong", "outbox_intent_key_check", insert("ns", long, "noop", `{}`, "explicit", nil)},
+		{"EffectUpperCase", "outbox_intent_effect_check", insert("ns", "k", "Noop", `{}`, "explicit", nil)},
+		{"EffectLeadingDigit", "outbox_intent_effect_check", insert("ns", "k", "1noop", `{}`, "explicit", nil)},
+		{"ArgsNotAnObject", "outbox_intent_args_check", insert("ns", "k", "noop", `[{"card": "4242"}]`, "explicit", nil)},
+		{"KeySource", "outbox_intent_key_source_check", insert("ns", "k", "noop", `{}`, "guessed", nil)},
+		{"RequestedByTooLong", "outbox_intent_requested_by_check", insert("ns", "k", "noop", `{}`, "explicit", &long)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, c.err, &pgErr)
+			require.Equal(t, "23514", pgErr.Code)
+			require.Equal(t, c.constraint, pgErr.ConstraintName)
+			require.Equal(t, `new row for relation "outbox_intent" violates check constraint "`+c.constraint+`"`, pgErr.Message)
+			require.NotContains(t, pgErr.Message+pgErr.Detail, "4242")
+		})
+	}
+
+	// NULL is the columns' NOT NULL constraints' to refuse, as before.
+	require.NoError(t, insert("ns", "k", "noop", `{}`, "explicit", nil))
+	var pgErr *pgconn.PgError
+	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args) VALUES ('ns', NULL, 'noop', '{}')`)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23502", pgErr.Code)
+
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
+	require.Equal(t, 1, n, "only the valid row was written")
+
+	// An update that names a checked column is checked too; outbox's own
+	// updates (state, job, outcome) do not fire the check.
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET key = 'has space' WHERE key = 'k'`)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "outbox_intent_key_check", pgErr.ConstraintName)
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET args = '"x"' WHERE key = 'k'`)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "outbox_intent_args_check", pgErr.ConstraintName)
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET state = 'bogus' WHERE key = 'k'`)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "outbox_intent_state_check", pgErr.ConstraintName)
+	tag, err := pool.Exec(ctx, `UPDATE `+table+` SET key = 'k2', args = '{"n": 1}' WHERE key = 'k'`)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -186,4 +187,122 @@ func BenchmarkCompareBatch(b *testing.B) {
 		b.ReportMetric(c.Outbox.Rate, "outbox/s")
 		b.ReportMetric(c.Ratio(), "ratio")
 	}
+}
+
+// BenchmarkRowChecks compares enqueues into a schema whose row checks are
+// CHECK constraints (migration 007) with one whose checks are in the insert
+// trigger (008), alternating between the two in one run so that the
+// machine's drift hits both alike (docs/design.md, "The enqueue's checks"):
+// single EnqueueTx calls, each its own transaction, and EnqueueManyTx
+// batches of 1,000, all on one connection. It reports the CPU time that
+// connection's PostgreSQL backend spent (from /proc, so PostgreSQL must run
+// on this machine), which is what a busy database runs out of; the round
+// trip's wall time is mostly the network and the client.
+//
+//	go test ./internal/bench -run '^$' -bench RowChecks -benchtime 1x
+func BenchmarkRowChecks(b *testing.B) {
+	pool := testdb.Pool(b)
+	ctx := context.Background()
+	e, err := noop.New(nil)
+	require.NoError(b, err)
+	reg, err := effects.NewRegistry(e)
+	require.NoError(b, err)
+	clients := make([]*outbox.Client, 2) // 007, 008
+	for i := range clients {
+		schema := testdb.Schema(b)
+		m, err := migrations.New(pool, schema)
+		require.NoError(b, err)
+		_, err = m.Up(ctx)
+		require.NoError(b, err)
+		if i == 0 {
+			res, err := m.Down(ctx, nil)
+			require.NoError(b, err)
+			require.Equal(b, 8, res.Applied[0].Version, "the newest migration is the one compared")
+		}
+		clients[i], err = outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+		require.NoError(b, err)
+	}
+	conn, err := pool.Acquire(ctx)
+	require.NoError(b, err)
+	defer conn.Release()
+	var pid int
+	require.NoError(b, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+	if _, err := backendCPU(pid); err != nil {
+		b.Skipf("PostgreSQL's backend is not visible in /proc: %v", err)
+	}
+
+	const rounds, singles, batches, perBatch = 10, 500, 5, 1000
+	var single, batch [2]time.Duration
+	n := 0
+	enqueue := func(client *outbox.Client, count int) {
+		params := make([]*outbox.EnqueueParams, count)
+		for i := range params {
+			params[i] = &outbox.EnqueueParams{Key: fmt.Sprintf("checks-%d", n), Effect: "noop", Args: map[string]any{"n": n}}
+			n++
+		}
+		tx, err := conn.Begin(ctx)
+		require.NoError(b, err)
+		if count == 1 {
+			_, err = client.EnqueueTx(ctx, tx, params[0])
+		} else {
+			_, err = client.EnqueueManyTx(ctx, tx, params)
+		}
+		require.NoError(b, err)
+		require.NoError(b, tx.Commit(ctx))
+	}
+	measure := func(into *time.Duration, fn func()) {
+		before, err := backendCPU(pid)
+		require.NoError(b, err)
+		fn()
+		after, err := backendCPU(pid)
+		require.NoError(b, err)
+		*into += after - before
+	}
+	for b.Loop() {
+		for range rounds {
+			for i, client := range clients {
+				measure(&single[i], func() {
+					for range singles {
+						enqueue(client, 1)
+					}
+				})
+				measure(&batch[i], func() {
+					for range batches {
+						enqueue(client, perBatch)
+					}
+				})
+			}
+		}
+	}
+	perSingle := func(i int) float64 { return float64(single[i].Microseconds()) / float64(b.N*rounds*singles) }
+	perRow := func(i int) float64 { return float64(batch[i].Microseconds()) / float64(b.N*rounds*batches*perBatch) }
+	b.Logf("EnqueueTx (with its transaction): %.0f us of backend CPU with constraints (007), %.0f us with the trigger (008)", perSingle(0), perSingle(1))
+	b.Logf("EnqueueManyTx: %.1f us a row with constraints (007), %.1f us with the trigger (008)", perRow(0), perRow(1))
+	b.ReportMetric(perSingle(1)/perSingle(0), "single-008/007")
+	b.ReportMetric(perRow(1)/perRow(0), "batch-008/007")
+}
+
+// backendCPU is the CPU time (user and system) process pid has used, from
+// /proc/PID/stat, counted in clock ticks (USER_HZ, 100 a second on Linux).
+func backendCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// first, utime the 12th and stime the 13th.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
