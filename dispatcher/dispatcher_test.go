@@ -655,7 +655,9 @@ func (e *gated) Execute(ctx context.Context, req *effects.Request) (json.RawMess
 
 // An attempt that waited for a slot behind another reads its intent again
 // rather than trusting the batch's read: an intent that ended meanwhile is
-// not sent again.
+// not sent again. (That every later attempt of the batch reads again too is
+// not tested: it matters only when two slots come free between one
+// attempt's wait and the next one's turn, which a test cannot arrange.)
 func TestBatchAttemptAfterWaitRereads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -119,6 +119,8 @@ func TestRowChecks(t *testing.T) {
 		{"ArgsNotAnObject", "outbox_intent_args_check", insert("ns", "k", "noop", `[{"card": "4242"}]`, "explicit", nil)},
 		{"KeySource", "outbox_intent_key_source_check", insert("ns", "k", "noop", `{}`, "guessed", nil)},
 		{"RequestedByTooLong", "outbox_intent_requested_by_check", insert("ns", "k", "noop", `{}`, "explicit", &long)},
+		// PostgreSQL checks constraints in the order of their names.
+		{"SeveralNameTheFirst", "outbox_intent_args_check", insert("a b", "k", "noop", `[1]`, "explicit", nil)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -116,12 +116,16 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 		handOffs []handOff
 		wg       sync.WaitGroup
 	)
+	// waited is set once an attempt had to wait for a slot: from then on
+	// the batch's read is old, and every later attempt reads its intent
+	// again.
+	waited := false
 	for i, m := range members {
 		// A select with both cases ready picks either: once the time to
 		// begin is over, no slot is taken at all, and a slot taken is
 		// always used (an attempt begun just then still has about an
 		// effect timeout left).
-		took, waited := false, false
+		took := false
 		if beginCtx.Err() == nil {
 			select {
 			case w.sem <- struct{}{}:
@@ -145,12 +149,12 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 			mu.Unlock()
 			break
 		}
-		// An attempt begun at once uses the batch's read of its intent
-		// (one statement for the batch instead of one read each). One that
-		// waited for a slot, behind other attempts, reads it again: its
-		// intent may have ended meanwhile (re-dispatched and run by a job
-		// of its own), and a fresh read then skips a call the provider
-		// would only have deduplicated.
+		// An attempt begun before any had to wait uses the batch's read of
+		// its intent (one statement for the batch instead of one read
+		// each). Later ones read it again: the intent may have ended
+		// meanwhile (re-dispatched and run by a job of its own), and a
+		// fresh read then skips a call the provider would only have
+		// deduplicated.
 		read := m
 		if waited {
 			read = nil
