@@ -6,6 +6,9 @@
 // transaction (plain River: one InsertTx; outbox: one EnqueueTx), workers
 // execute it with a no-op, and a unit counts when River reports its job
 // completed, which for outbox is after the intent's outcome is durable.
+// The lanes marked "no caller tx" insert without a caller's transaction:
+// River's Insert, which opens one of its own, and outbox's EnqueueTx on the
+// pool, one statement, the way the HTTP API and the MCP server enqueue.
 package bench
 
 import (
@@ -145,9 +148,11 @@ type riverSystem struct {
 	out    chan int64
 	// opts are each insert's options: unique by args, or none.
 	opts *river.InsertOpts
+	// noCallerTx inserts with Insert, River's own transaction.
+	noCallerTx bool
 }
 
-func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, unique bool, cfg *Config) (*riverSystem, error) {
+func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cfg *Config) (*riverSystem, error) {
 	ws := river.NewWorkers()
 	river.AddWorker(ws, noopWorker{})
 	rc := riverConfig(schema, cfg.Workers)
@@ -156,8 +161,8 @@ func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, uniq
 	if err != nil {
 		return nil, err
 	}
-	s := &riverSystem{client: client, pool: pool, out: make(chan int64, 1024)}
-	if unique {
+	s := &riverSystem{client: client, pool: pool, out: make(chan int64, 1024), noCallerTx: kind.NoCallerTx}
+	if kind.Unique {
 		s.opts = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
 	}
 	s.events, s.cancel = client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
@@ -174,6 +179,13 @@ func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, uniq
 }
 
 func (s *riverSystem) insert(ctx context.Context, i int) (int64, error) {
+	if s.noCallerTx {
+		res, err := s.client.Insert(ctx, NoopArgs{N: i}, s.opts)
+		if err != nil {
+			return 0, err
+		}
+		return res.Job.ID, nil
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -206,6 +218,8 @@ type outboxSystem struct {
 	cancel func()
 	out    chan int64
 	run    int64
+	// noCallerTx enqueues on the pool, one statement (the HTTP API's way).
+	noCallerTx bool
 }
 
 func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect string, kind Kind, cfg *Config) (*outboxSystem, error) {
@@ -229,7 +243,7 @@ func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect str
 	if err != nil {
 		return nil, err
 	}
-	s := &outboxSystem{client: client, disp: disp, effect: effect, pool: pool, out: make(chan int64, 1024), run: rand.Int64()}
+	s := &outboxSystem{client: client, disp: disp, effect: effect, pool: pool, out: make(chan int64, 1024), run: rand.Int64(), noCallerTx: kind.NoCallerTx}
 	s.events, s.cancel = disp.River().SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	go func() {
 		defer close(s.out)
@@ -261,16 +275,24 @@ func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect str
 }
 
 func (s *outboxSystem) insert(ctx context.Context, i int) (int64, error) {
+	params := &outbox.EnqueueParams{
+		Key:    fmt.Sprintf("bench-%x-%d", s.run, i),
+		Effect: s.effect,
+		Args:   map[string]any{"n": i},
+	}
+	if s.noCallerTx {
+		res, err := s.client.EnqueueTx(ctx, s.pool, params)
+		if err != nil {
+			return 0, err
+		}
+		return res.Intent.ID, nil
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	res, err := s.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{
-		Key:    fmt.Sprintf("bench-%x-%d", s.run, i),
-		Effect: s.effect,
-		Args:   map[string]any{"n": i},
-	})
+	res, err := s.client.EnqueueTx(ctx, tx, params)
 	if err != nil {
 		return 0, err
 	}
@@ -417,15 +439,25 @@ type Kind struct {
 	// BatchFirstAttempts, for outbox, sets dispatcher.Config's
 	// BatchFirstAttempts (the experiment; deduplicated effects only).
 	BatchFirstAttempts bool
+	// NoCallerTx inserts without a caller's transaction: River's Insert
+	// (which opens one of its own), outbox's EnqueueTx on the pool (one
+	// statement, as the HTTP API and MCP server enqueue).
+	NoCallerTx bool
 }
 
-// Kinds are the systems Compare measures: the baseline first.
+// Kinds are the systems Compare measures: the baseline first. The lanes
+// without a caller's transaction come last, River's first, so that each
+// outbox lane has a River lane that inserts the same way
+// (Comparison.RatioLikeForLike).
 var Kinds = []Kind{
 	{Name: "river InsertTx"},
 	{Name: "river InsertTx, unique ByArgs", Unique: true},
 	{Name: "outbox noop (deduplicated)", Guarantee: effects.GuaranteeDeduplicated},
 	{Name: "outbox noop_at_most_once", Guarantee: effects.GuaranteeAtMostOnce},
 	{Name: "outbox noop, batched (experiment)", Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true},
+	{Name: "river Insert (no caller tx)", NoCallerTx: true},
+	{Name: "outbox noop (no caller tx)", Guarantee: effects.GuaranteeDeduplicated, NoCallerTx: true},
+	{Name: "outbox noop, batched (experiment, no caller tx)", Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true, NoCallerTx: true},
 }
 
 // Run measures one kind in a fresh schema, which it drops afterwards.
@@ -446,7 +478,7 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 		err error
 	)
 	if kind.Guarantee == "" {
-		sys, err = newRiverSystem(ctx, pool, schema, kind.Unique, cfg)
+		sys, err = newRiverSystem(ctx, pool, schema, kind, cfg)
 	} else {
 		sys, err = newOutboxSystem(ctx, pool, schema, "noop", kind, cfg)
 	}
@@ -490,10 +522,24 @@ type Comparison struct {
 	Paced []*Result `json:"paced"`
 	// OfferedRate is half the baseline's maximum rate.
 	OfferedRate float64 `json:"offered_rate_per_s"`
+	// Kinds are the kinds measured, in the order of Max and Paced.
+	Kinds []Kind `json:"-"`
 }
 
 // Ratio is outbox's maximum rate over the baseline's, for Max[i].
 func (c *Comparison) Ratio(i int) float64 { return c.Max[i].Rate / c.Max[0].Rate }
+
+// RatioLikeForLike is Max[i]'s rate over that of the plain River lane that
+// inserts the same way (in a caller's transaction or without one); Ratio(i)
+// where no such lane was measured.
+func (c *Comparison) RatioLikeForLike(i int) float64 {
+	for j, k := range c.Kinds {
+		if k.Guarantee == "" && !k.Unique && k.NoCallerTx == c.Kinds[i].NoCallerTx {
+			return c.Max[i].Rate / c.Max[j].Rate
+		}
+	}
+	return c.Ratio(i)
+}
 
 // Compare measures every kind's maximum rate, then every kind's latency at
 // half the baseline's maximum rate (latency at saturation is only queueing).
@@ -502,7 +548,7 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, kinds []Kind, cfg *Config)
 	if len(kinds) == 0 || kinds[0].Guarantee != "" {
 		return nil, errors.New("bench: the first kind must be the River baseline")
 	}
-	c := &Comparison{}
+	c := &Comparison{Kinds: kinds}
 	for _, k := range kinds {
 		cfg.Logger.InfoContext(ctx, "measuring maximum rate", slog.String("kind", k.Name))
 		r, err := Run(ctx, pool, k, cfg, 0)
@@ -513,8 +559,9 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, kinds []Kind, cfg *Config)
 	}
 	c.OfferedRate = c.Max[0].Rate / 2
 	paced := *cfg
-	// A paced run lasts about as long as an unpaced one would at the rate.
-	paced.Count = max(1000, min(cfg.Count, int(c.OfferedRate*5)))
+	// A paced run lasts about five seconds, with at least 1,000 units for
+	// its p99, and never more units than cfg.Count.
+	paced.Count = min(cfg.Count, max(1000, int(c.OfferedRate*5)))
 	for _, k := range kinds {
 		cfg.Logger.InfoContext(ctx, "measuring latency at offered load", slog.String("kind", k.Name), slog.Float64("rate", c.OfferedRate))
 		r, err := Run(ctx, pool, k, &paced, c.OfferedRate)

@@ -45,13 +45,18 @@ func BenchmarkCompare(b *testing.B) {
 			b.Logf("paced %s", r)
 		}
 		// Kinds: River, River unique, outbox deduplicated, outbox at most
-		// once, outbox batched (the experiment).
+		// once, outbox batched (the experiment); then without a caller's
+		// transaction River, outbox deduplicated, outbox batched, whose
+		// ratios are against River's lane of the same way.
 		b.ReportMetric(c.Max[0].Rate, "river/s")
 		b.ReportMetric(c.Ratio(1), "ratio_river_unique")
 		b.ReportMetric(c.Max[2].Rate, "outbox/s")
 		b.ReportMetric(c.Ratio(2), "ratio")
 		b.ReportMetric(c.Ratio(3), "ratio_at_most_once")
 		b.ReportMetric(c.Ratio(4), "ratio_batched")
+		b.ReportMetric(c.Ratio(5), "ratio_river_no_tx")
+		b.ReportMetric(c.RatioLikeForLike(6), "ratio_no_tx")
+		b.ReportMetric(c.RatioLikeForLike(7), "ratio_batched_no_tx")
 		b.ReportMetric(ms(c.Paced[4].P99), "batched_p99_ms")
 		b.ReportMetric(ms(c.Paced[0].P99), "river_p99_ms")
 		b.ReportMetric(ms(c.Paced[2].P99), "outbox_p99_ms")
@@ -70,6 +75,31 @@ func TestRunSmall(t *testing.T) {
 		if r.Count != 200 || r.Rate <= 0 || r.P99 < r.P50 {
 			t.Fatalf("implausible result %+v", r)
 		}
+	}
+}
+
+// TestRatioLikeForLike checks that each lane is set against River's lane of
+// the same way: in a caller's transaction or without one.
+func TestRatioLikeForLike(t *testing.T) {
+	t.Parallel()
+	c := &Comparison{Kinds: Kinds}
+	for i := range Kinds {
+		c.Max = append(c.Max, &Result{Rate: float64(100 * (i + 1))})
+	}
+	var riverNoTx int
+	for i, k := range Kinds {
+		if k.Guarantee == "" && !k.Unique && k.NoCallerTx {
+			riverNoTx = i
+		}
+	}
+	require.NotZero(t, riverNoTx, "a plain River lane without a caller's transaction")
+	for i, k := range Kinds {
+		want := c.Max[i].Rate / c.Max[0].Rate
+		if k.NoCallerTx {
+			want = c.Max[i].Rate / c.Max[riverNoTx].Rate
+		}
+		require.InDelta(t, want, c.RatioLikeForLike(i), 1e-9, k.Name)
+		require.InDelta(t, c.Max[i].Rate/c.Max[0].Rate, c.Ratio(i), 1e-9, k.Name)
 	}
 }
 

@@ -23,9 +23,10 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	var report struct {
 		Lanes []struct {
-			Name  string  `json:"name"`
-			Ratio float64 `json:"ratio"`
-			Max   struct {
+			Name             string  `json:"name"`
+			Ratio            float64 `json:"ratio"`
+			RatioLikeForLike float64 `json:"ratio_like_for_like"`
+			Max              struct {
 				Count   int     `json:"count"`
 				Rate    float64 `json:"rate_per_s"`
 				PeakRSS int64   `json:"peak_rss_bytes"`
@@ -47,7 +48,7 @@ func TestBench(t *testing.T) {
 		BatchRatio float64 `json:"batch_ratio"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &report), res.stdout)
-	require.Len(t, report.Lanes, 5)
+	require.Len(t, report.Lanes, 8)
 	require.Equal(t, "river InsertTx", report.Lanes[0].Name)
 	require.InDelta(t, 1.0, report.Lanes[0].Ratio, 1e-9)
 	for _, l := range report.Lanes {
@@ -57,10 +58,20 @@ func TestBench(t *testing.T) {
 		require.LessOrEqual(t, l.Paced.P50, l.Paced.P99, l.Name)
 		require.Positive(t, l.Paced.P99, l.Name)
 	}
+	// The lanes without a caller's transaction are set against River's
+	// Insert, the others against InsertTx.
+	require.Equal(t, "river Insert (no caller tx)", report.Lanes[5].Name)
+	for i, l := range report.Lanes {
+		base := report.Lanes[0].Max.Rate
+		if i >= 5 {
+			base = report.Lanes[5].Max.Rate
+		}
+		require.InDelta(t, l.Max.Rate/base, l.RatioLikeForLike, 1e-9, l.Name)
+	}
 	require.InDelta(t, report.Lanes[0].Max.Rate/2, report.OfferedRate, 1e-6)
 	require.Positive(t, report.Batch.River.Rate)
 	require.InDelta(t, report.Batch.Outbox.Rate/report.Batch.River.Rate, report.BatchRatio, 1e-9)
-	require.Contains(t, res.stderr, "bench: lane 1 of 12: river InsertTx")
+	require.Contains(t, res.stderr, "bench: lane 1 of 18: river InsertTx")
 
 	var left int
 	require.NoError(t, testdb.Pool(t).QueryRow(t.Context(),
