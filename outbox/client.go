@@ -75,6 +75,7 @@ type Config struct {
 // Client enqueues, reads and resolves intents. It is safe for concurrent use.
 type Client struct {
 	approved func(effect string, decision ApprovalDecision)
+	group    enqueueGroup
 	notifier *notifier
 	effects  *effects.Registry
 	observer func(effect string, outcome EnqueueOutcome)
@@ -84,8 +85,9 @@ type Client struct {
 	schema   string
 }
 
-// NewClient returns a client. pool serves reads, waits and operator actions;
-// enqueues run on the executor each call is given.
+// NewClient returns a client. pool serves reads, waits, operator actions
+// and Enqueue; EnqueueTx and EnqueueManyTx run on the executor each call is
+// given.
 func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("outbox: pool must not be nil")
@@ -108,6 +110,7 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		c.schema = SchemaDefault
 	}
 	c.queries = intentdb.New(c.schema)
+	c.group.run = c.runGroup
 	c.notifier = newNotifier(c)
 	return c, nil
 }
@@ -384,10 +387,40 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 		return nil, err
 	}
 	res, err := c.queries.Enqueue(ctx, tx, p)
+	return c.answer(p.Effect, res, err)
+}
+
+// Enqueue records one intent in a transaction of its own, for callers
+// without one to join (the HTTP API and the MCP server enqueue this way).
+// It answers as EnqueueTx does. Concurrent calls on one Client share a
+// statement and its commit: while one runs, the calls that arrive wait for
+// it and go together, each answered as if it had gone alone (a key
+// repeated among them is recorded once, the others answered as its
+// duplicates, or with a *KeyReusedError). A call whose ctx ends before its
+// statement is sent writes nothing; after, as with any statement, the
+// intent may be recorded, and enqueuing the key again tells.
+func (c *Client) Enqueue(ctx context.Context, params *EnqueueParams) (*EnqueueResult, error) {
+	p, err := c.prepare(params)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.group.do(ctx, p)
+	if err == nil && res == nil {
+		// The group could not answer for this intent (its key was being
+		// recorded by a transaction still open, or the group's statement
+		// failed having written nothing): alone, as EnqueueTx.
+		res, err = c.queries.Enqueue(ctx, c.pool, p)
+	}
+	return c.answer(p.Effect, res, err)
+}
+
+// answer maps the result of an enqueue of effect to the client's: a
+// conflict is a *KeyReusedError.
+func (c *Client) answer(effect string, res *intentdb.EnqueueResult, err error) (*EnqueueResult, error) {
 	if err != nil {
 		return nil, c.dbError("error enqueueing intent", err)
 	}
-	c.observe(p.Effect, res.Duplicate, res.Conflict)
+	c.observe(effect, res.Duplicate, res.Conflict)
 	if res.Conflict {
 		return nil, &KeyReusedError{Existing: intentFromRow(res.Row)}
 	}

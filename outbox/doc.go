@@ -23,6 +23,10 @@
 //	...
 //	err = tx.Commit(ctx)
 //
+// A caller with no transaction to join calls Enqueue, which records the
+// intent in a transaction of its own; concurrent calls on one Client share a
+// statement and its commit, each answered as if it had gone alone.
+//
 // Reads (Get, List, Wait) and the operator's Cancel and Resolve work on the
 // client's pool. The package's examples are complete programs, run by go test
 // against a real database; effects' Example_customEffect adds an effect of

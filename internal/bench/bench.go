@@ -7,8 +7,9 @@
 // execute it with a no-op, and a unit counts when River reports its job
 // completed, which for outbox is after the intent's outcome is durable.
 // The lanes marked "no caller tx" insert without a caller's transaction:
-// River's Insert, which opens one of its own, and outbox's EnqueueTx on the
-// pool, one statement, the way the HTTP API and the MCP server enqueue.
+// River's Insert, which opens one of its own, and outbox's Enqueue, whose
+// concurrent calls share a transaction (a group commit), the way the HTTP
+// API enqueues.
 package bench
 
 import (
@@ -218,7 +219,7 @@ type outboxSystem struct {
 	cancel func()
 	out    chan int64
 	run    int64
-	// noCallerTx enqueues on the pool, one statement (the HTTP API's way).
+	// noCallerTx enqueues with Enqueue (the HTTP API's way).
 	noCallerTx bool
 }
 
@@ -281,7 +282,7 @@ func (s *outboxSystem) insert(ctx context.Context, i int) (int64, error) {
 		Args:   map[string]any{"n": i},
 	}
 	if s.noCallerTx {
-		res, err := s.client.EnqueueTx(ctx, s.pool, params)
+		res, err := s.client.Enqueue(ctx, params)
 		if err != nil {
 			return 0, err
 		}
@@ -440,8 +441,8 @@ type Kind struct {
 	// BatchFirstAttempts (the experiment; deduplicated effects only).
 	BatchFirstAttempts bool
 	// NoCallerTx inserts without a caller's transaction: River's Insert
-	// (which opens one of its own), outbox's EnqueueTx on the pool (one
-	// statement, as the HTTP API and MCP server enqueue).
+	// (which opens one of its own), outbox's Enqueue (concurrent calls
+	// share one, as the HTTP API's enqueues do).
 	NoCallerTx bool
 }
 

@@ -28,8 +28,8 @@ plain River, River with unique jobs (UniqueOpts ByArgs, the closest River gets
 to deduplication), outbox with a deduplicated effect, outbox with an
 at-most-once one, outbox with first attempts in batches (an experiment); then,
 without a caller's transaction, River's Insert (a transaction of its own) and
-outbox's enqueue on the pool (one statement, as the HTTP API and the MCP server
-enqueue), plain and batched. Each lane's maximum rate is measured first, then its
+outbox's Enqueue (concurrent calls share a transaction, as the HTTP API's
+enqueues do), plain and batched. Each lane's maximum rate is measured first, then its
 commit-to-terminal latency at half of plain River's maximum rate; last, batch
 inserts of 1,000 a transaction (River's InsertManyTx, outbox's EnqueueManyTx).
 

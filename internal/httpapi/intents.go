@@ -116,8 +116,9 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 		if req.RequestedBy != nil {
 			params.RequestedBy = *req.RequestedBy
 		}
-		// One statement, committed at once on the pool's connection.
-		if res, err = h.client.EnqueueTx(r.Context(), h.pool, params); err != nil {
+		// In a transaction of its own, shared with the requests enqueuing
+		// at the same moment (outbox.Client.Enqueue).
+		if res, err = h.client.Enqueue(r.Context(), params); err != nil {
 			return err
 		}
 	}

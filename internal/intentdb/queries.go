@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -272,6 +273,81 @@ func (q *Queries) Enqueue(ctx context.Context, db Querier, e *EnqueueRow) (*Enqu
 // outbox_enqueue_many's, whose exception block is a subtransaction and
 // whose statements take fresh snapshots (docs/design.md, section 1).
 func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow) ([]*EnqueueResult, error) {
+	params := manyParams(es)
+	if tx, ok := db.(pgx.Tx); ok {
+		results, err := q.tryMany(ctx, tx, q.sqlEnqueueManyNew, scanNewRow, len(es), params)
+		if results != nil || err != nil {
+			return results, err
+		}
+		results, err = q.tryMany(ctx, tx, q.sqlEnqueueManyFast, scanRow, len(es), params)
+		if results != nil || err != nil {
+			return results, err
+		}
+	}
+	return collectMany(db.Query(ctx, q.sqlEnqueueMany, params...))(len(es), scanRow)
+}
+
+// BatchSender sends a pipeline of statements: a pool or a connection.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// EnqueueGroup records the intents of independent callers with one
+// statement on db, in a transaction of its own, answering each as if it had
+// been enqueued alone, in the order of es: a key new or repeated within es
+// is inserted once (its first occurrence), the rest answered as its
+// duplicates or conflicts; a key recorded before is answered as Enqueue
+// answers it. A position without an answer (its key was being recorded by
+// a transaction that committed meanwhile) is nil, for the caller to enqueue
+// alone.
+//
+// The statement waits at most lockWait for a transaction that holds one of
+// its keys uncommitted (lock_timeout, set for its transaction alone in the
+// same round trip); past that it fails, SQLSTATE 55P03, having written
+// nothing, so that one caller's open transaction cannot hold up a group of
+// others. A lockWait of 0 leaves the session's lock_timeout.
+func (q *Queries) EnqueueGroup(ctx context.Context, db BatchSender, es []*EnqueueRow, lockWait time.Duration) ([]*EnqueueResult, error) {
+	b := &pgx.Batch{}
+	// One pipeline, one implicit transaction: the setting holds for the
+	// enqueue's statement and ends with it.
+	if lockWait > 0 {
+		b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(max(1, lockWait.Milliseconds()), 10)+"ms")
+	}
+	if len(es) == 1 {
+		e := es[0]
+		b.Queue(q.sqlEnqueue, e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval)
+	} else {
+		b.Queue(q.sqlEnqueueManyFast, manyParams(es)...)
+	}
+	br := db.SendBatch(ctx, b)
+	results, err := func() ([]*EnqueueResult, error) {
+		if lockWait > 0 {
+			if _, err := br.Exec(); err != nil {
+				return nil, err
+			}
+		}
+		if len(es) > 1 {
+			return collectMany(br.Query())(len(es), scanRow)
+		}
+		res := &EnqueueResult{}
+		row, err := scanRow(br.QueryRow(), &res.Duplicate, &res.Conflict)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return []*EnqueueResult{nil}, nil // lost the race of sqlEnqueue
+		}
+		if err != nil {
+			return nil, err
+		}
+		res.Row = row
+		return []*EnqueueResult{res}, nil
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		return nil, cerr
+	}
+	return results, err
+}
+
+// manyParams are the batch statements' arguments: one array per column.
+func manyParams(es []*EnqueueRow) []any {
 	var (
 		namespaces   = make([]string, len(es))
 		keys         = make([]string, len(es))
@@ -285,18 +361,7 @@ func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow)
 		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i], approvals[i] =
 			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval
 	}
-	params := []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals}
-	if tx, ok := db.(pgx.Tx); ok {
-		results, err := q.tryMany(ctx, tx, q.sqlEnqueueManyNew, scanNewRow, len(es), params)
-		if results != nil || err != nil {
-			return results, err
-		}
-		results, err = q.tryMany(ctx, tx, q.sqlEnqueueManyFast, scanRow, len(es), params)
-		if results != nil || err != nil {
-			return results, err
-		}
-	}
-	return collectMany(db.Query(ctx, q.sqlEnqueueMany, params...))(len(es), scanRow)
+	return []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals}
 }
 
 // tryMany runs one of the batch's set-based statements (sql, its answers

@@ -157,7 +157,7 @@ func (g *Guard) Enqueue(ctx context.Context, p *Params) (*Result, error) {
 			// Arguments RFC 8785 cannot hold (a duplicate name, a number
 			// beyond a double) cannot be compared: take the key as given,
 			// and let the enqueue's own checks judge the arguments.
-			res, err := g.client.EnqueueTx(ctx, g.pool, g.params(p, p.Key, outbox.KeySourceExplicit))
+			res, err := g.client.Enqueue(ctx, g.params(p, p.Key, outbox.KeySourceExplicit))
 			return &Result{EnqueueResult: res}, err
 		}
 		return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "args", Message: err.Error()}

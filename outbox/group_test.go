@@ -1,0 +1,231 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/outbox"
+)
+
+// waitForLockWait waits until a statement on the schema's intent table is
+// waiting for a lock (another transaction's uncommitted key).
+func (b *testBundle) waitForLockWait(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, b.schema).Scan(&n))
+		return n > 0
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+func (b *testBundle) recorded(t *testing.T, key string) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" WHERE key = $1", key).Scan(&n))
+	return n > 0
+}
+
+func TestEnqueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	// Calls at the same moment share statements, and each is answered as
+	// if it had gone alone: new keys created, a key repeated among them
+	// created once and the rest duplicates, a key recorded before a
+	// duplicate, a key used for two actions created for one and refused to
+	// the other.
+	t.Run("ConcurrentCallsAnsweredAsAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		old, err := b.enqueue(t, &outbox.EnqueueParams{Key: "old", Effect: "noop", Args: map[string]any{"a": 1}})
+		require.NoError(t, err)
+
+		type call struct {
+			key  string
+			args map[string]any
+			res  *outbox.EnqueueResult
+			err  error
+		}
+		var calls []*call
+		for i := range 30 {
+			calls = append(calls, &call{key: fmt.Sprintf("new-%d", i), args: map[string]any{"n": i}})
+		}
+		for range 10 {
+			calls = append(calls, &call{key: "same", args: map[string]any{"a": 1}}, &call{key: "old", args: map[string]any{"a": 1}})
+		}
+		for j := range 5 {
+			calls = append(calls, &call{key: fmt.Sprintf("clash-%d", j), args: map[string]any{"v": 0}},
+				&call{key: fmt.Sprintf("clash-%d", j), args: map[string]any{"v": 1}})
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, c := range calls {
+			wg.Go(func() {
+				<-start
+				c.res, c.err = b.client.Enqueue(ctx, &outbox.EnqueueParams{Key: c.key, Effect: "noop", Args: c.args})
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		created := map[string]int64{}
+		for _, c := range calls {
+			if c.err == nil && !c.res.Duplicate {
+				require.NotContains(t, created, c.key, "%s created twice", c.key)
+				created[c.key] = c.res.Intent.ID
+			}
+		}
+		for _, c := range calls {
+			switch {
+			case c.key == "old":
+				require.NoError(t, c.err)
+				require.True(t, c.res.Duplicate)
+				require.Equal(t, old.Intent.ID, c.res.Intent.ID)
+			case c.key == "same" || c.key[:4] == "new-":
+				require.NoError(t, c.err, c.key)
+				require.Equal(t, created[c.key], c.res.Intent.ID, c.key)
+				require.Equal(t, c.key, c.res.Intent.Key)
+				require.Equal(t, outbox.StatePending, c.res.Intent.State)
+			default: // clash-j: one created, the other refused naming it
+				if c.err == nil {
+					require.False(t, c.res.Duplicate, c.key)
+					continue
+				}
+				var reused *outbox.KeyReusedError
+				require.ErrorAs(t, c.err, &reused, c.key)
+				require.Equal(t, created[c.key], reused.Existing.ID, c.key)
+			}
+		}
+		require.Len(t, created, 30+1+5)
+		require.Equal(t, 1+30+1+5, b.count(t, "outbox_intent"))
+	})
+
+	// A key held uncommitted by another transaction holds up its own call
+	// only: a call at the same moment with another key is answered while
+	// that transaction is still open.
+	t.Run("OpenTransactionHoldsUpOnlyItsKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		held, err := b.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: "held", Effect: "noop", Args: map[string]any{"a": 1}})
+		require.NoError(t, err)
+
+		type answer struct {
+			res *outbox.EnqueueResult
+			err error
+		}
+		heldDone := make(chan answer, 1)
+		go func() {
+			res, err := b.client.Enqueue(ctx, &outbox.EnqueueParams{Key: "held", Effect: "noop", Args: map[string]any{"a": 1}})
+			heldDone <- answer{res, err}
+		}()
+		b.waitForLockWait(t)
+
+		freeCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		free, err := b.client.Enqueue(freeCtx, &outbox.EnqueueParams{Key: "free", Effect: "noop", Args: map[string]any{"a": 1}})
+		require.NoError(t, err, "a call with another key waits for the open transaction")
+		require.False(t, free.Duplicate)
+		select {
+		case a := <-heldDone:
+			t.Fatalf("the held key's call was answered before its transaction ended: %+v", a)
+		default:
+		}
+
+		require.NoError(t, tx.Commit(ctx))
+		a := <-heldDone
+		require.NoError(t, a.err)
+		require.True(t, a.res.Duplicate)
+		require.Equal(t, held.Intent.ID, a.res.Intent.ID)
+	})
+
+	// A call whose context ended before its statement was sent writes
+	// nothing.
+	t.Run("CancelledCallWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := b.client.Enqueue(cancelled, &outbox.EnqueueParams{Key: "gone", Effect: "noop", Args: map[string]any{}})
+		require.ErrorIs(t, err, context.Canceled)
+		// Calls go in order: once a later one is answered, the cancelled
+		// one's turn has passed.
+		_, err = b.client.Enqueue(ctx, &outbox.EnqueueParams{Key: "later", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		require.False(t, b.recorded(t, "gone"))
+		require.True(t, b.recorded(t, "later"))
+	})
+
+	// A row the database refuses fails its own call only, whichever group
+	// it went in. The calls are sent while another call waits on a held
+	// key, so that they queue up as one group.
+	t.Run("RefusedRowFailsOnlyItsCall", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		intents := pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()
+		_, err := b.pool.Exec(ctx, `CREATE FUNCTION `+pgx.Identifier{b.schema, "refuse"}.Sanitize()+`() RETURNS trigger
+			LANGUAGE plpgsql AS $$ BEGIN
+				IF NEW.key = 'refused' THEN
+					RAISE EXCEPTION 'refused' USING ERRCODE = 'check_violation', CONSTRAINT = 'test_refused';
+				END IF;
+				RETURN NEW;
+			END $$;
+			CREATE TRIGGER refuse BEFORE INSERT ON `+intents+` FOR EACH ROW EXECUTE FUNCTION `+pgx.Identifier{b.schema, "refuse"}.Sanitize()+`()`)
+		require.NoError(t, err)
+
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		_, err = b.client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{Key: "held", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		heldDone := make(chan error, 1)
+		go func() {
+			_, err := b.client.Enqueue(ctx, &outbox.EnqueueParams{Key: "held", Effect: "noop", Args: map[string]any{}})
+			heldDone <- err
+		}()
+		b.waitForLockWait(t)
+
+		keys := []string{"ok-1", "ok-2", "refused", "ok-3", "ok-4"}
+		errs := make([]error, len(keys))
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for i, key := range keys {
+			wg.Go(func() {
+				_, errs[i] = b.client.Enqueue(callCtx, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: map[string]any{}})
+			})
+		}
+		wg.Wait()
+		for i, key := range keys {
+			if key == "refused" {
+				var oe *outbox.Error
+				require.ErrorAs(t, errs[i], &oe)
+				require.Equal(t, outbox.CodeInvalidArgs, oe.Code)
+				require.False(t, b.recorded(t, key))
+				continue
+			}
+			require.NoError(t, errs[i], key)
+			require.True(t, b.recorded(t, key), key)
+		}
+		require.NoError(t, tx.Commit(ctx))
+		require.NoError(t, <-heldDone)
+	})
+
+	t.Run("InvalidParamsWriteNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.client.Enqueue(ctx, &outbox.EnqueueParams{Key: "k", Effect: "no such effect", Args: map[string]any{}})
+		require.ErrorIs(t, err, outbox.ErrUnknownEffect)
+		require.Zero(t, b.count(t, "outbox_intent"))
+	})
+}
