@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -104,10 +105,25 @@ func (c *Client) runGroup(calls []*groupCall) {
 	for i, call := range live {
 		rows[i] = call.row
 	}
-	// The statement serves every call of the group, so no one caller's
-	// cancellation stops it.
-	ctx := context.WithoutCancel(live[0].ctx)
+	// The statement serves every call of the group: no one caller's
+	// cancellation stops it, but when all have given up it is cancelled
+	// (a database that stopped answering must not hold the loop for good).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(live[0].ctx))
+	defer cancel()
+	var waiting atomic.Int32
+	waiting.Store(int32(len(live)))
+	stops := make([]func() bool, len(live))
+	for i, call := range live {
+		stops[i] = context.AfterFunc(call.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
 	results, err := c.queries.EnqueueGroup(ctx, c.pool, rows, groupLockWait)
+	for _, stop := range stops {
+		stop()
+	}
 	for i, call := range live {
 		switch {
 		case err == nil:
