@@ -79,7 +79,7 @@ func newEnv(t testing.TB, extra ...string) *env {
 // baseVars are the variables of an outboxd process on the test database's
 // schema.
 func baseVars(t testing.TB, schema string) []string {
-	return []string{
+	vars := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		"DATABASE_URL=" + testdb.URL(t),
@@ -91,6 +91,12 @@ func baseVars(t testing.TB, schema string) []string {
 		"OUTBOX_EFFECT_TIMEOUT=1s",
 		"OUTBOX_WORKERS=10",
 	}
+	// Passed through, so that the whole suite can run with the experiment
+	// on: OUTBOX_BATCH_FIRST_ATTEMPTS=true go test ./integration.
+	if v, ok := os.LookupEnv("OUTBOX_BATCH_FIRST_ATTEMPTS"); ok {
+		vars = append(vars, "OUTBOX_BATCH_FIRST_ATTEMPTS="+v)
+	}
+	return vars
 }
 
 // table is the quoted name of a table in the env's schema.

@@ -20,10 +20,28 @@ import (
 // executed twice would show as two effects.
 func TestReplicasWithRandomKills(t *testing.T) {
 	t.Parallel()
+	replicasWithRandomKills(t, "noop_reconcilable")
+}
+
+// The same with first attempts in batches (OUTBOX_BATCH_FIRST_ATTEMPTS) and
+// a deduplicated effect, whose intents go in batches: kills land while
+// batches run, and every intent must still end succeeded, its effect made
+// once at the provider (which dedupes on the provider key).
+func TestReplicasWithRandomKillsBatched(t *testing.T) {
+	t.Parallel()
+	replicasWithRandomKills(t, "noop")
+}
+
+func replicasWithRandomKills(t *testing.T, effect string) {
 	ctx := context.Background()
+	batched := effect == "noop"
 	// With the reconciler on, and often, so that its repairs (if any) are
 	// part of the run.
-	e := newEnv(t, "OUTBOX_RECONCILE_INTERVAL=2s")
+	extra := []string{"OUTBOX_RECONCILE_INTERVAL=2s"}
+	if batched {
+		extra = append(extra, "OUTBOX_BATCH_FIRST_ATTEMPTS=true")
+	}
+	e := newEnv(t, extra...)
 	replicas := []*process{e.serve(), e.serve(), e.serve()}
 	started := slices.Clone(replicas)
 
@@ -39,7 +57,7 @@ func TestReplicasWithRandomKills(t *testing.T) {
 				// Each attempt lasts 300 ms after the effect is recorded,
 				// so that kills land mid-attempt: claimed, effect made,
 				// outcome not yet recorded.
-				params[i] = &outbox.EnqueueParams{Key: key, Effect: "noop_reconcilable", Args: map[string]any{"key": key, "_noop": map[string]any{"sleep": "300ms"}}}
+				params[i] = &outbox.EnqueueParams{Key: key, Effect: effect, Args: map[string]any{"key": key, "_noop": map[string]any{"sleep": "300ms"}}}
 			}
 			if _, err := e.client.EnqueueManyTx(ctx, e.pool, params); err != nil {
 				t.Errorf("enqueue: %v", err)
@@ -77,13 +95,21 @@ func TestReplicasWithRandomKills(t *testing.T) {
 	var interrupted, rescued int
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.table("outbox_intent")+` WHERE attempt > 1 OR maybe_sent`).Scan(&interrupted))
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.table("river_job")+` WHERE kind = 'outbox_intent' AND attempt > 1`).Scan(&rescued))
+	var batches, rescuedBatches int
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE attempt > 1) FROM `+e.table("river_job")+` WHERE kind = 'outbox_intent_batch'`).Scan(&batches, &rescuedBatches))
 	repairs := 0
 	for _, p := range started {
 		repairs += strings.Count(p.output(), "given a fresh job")
 	}
-	t.Logf("replicas 3, kills %d, intents %d, succeeded %d, lost %d, effects %d, duplicated %d, interrupted intents %d, rescued jobs %d, reconciler repairs %d",
-		kills, total, succeeded, lost, effects, duplicated, interrupted, rescued, repairs)
-	require.Positive(t, interrupted, "no kill landed mid-attempt: the run proves nothing")
+	t.Logf("%s: replicas 3, kills %d, intents %d, succeeded %d, lost %d, effects %d, duplicated %d, interrupted intents %d, rescued jobs %d, batch jobs %d (rescued %d), reconciler repairs %d",
+		effect, kills, total, succeeded, lost, effects, duplicated, interrupted, rescued, batches, rescuedBatches, repairs)
+	if batched {
+		require.Positive(t, batches, "no batch ran: the run proves nothing of batches")
+		require.Positive(t, interrupted+rescued+rescuedBatches, "no kill landed mid-batch: the run proves nothing")
+	} else {
+		require.Zero(t, batches)
+		require.Positive(t, interrupted, "no kill landed mid-attempt: the run proves nothing")
+	}
 	require.Zero(t, lost)
 	require.Zero(t, duplicated)
 	require.Equal(t, total, effects)

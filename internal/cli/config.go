@@ -77,6 +77,11 @@ type Config struct {
 	// false.
 	AutoMigrate bool `env:"OUTBOX_AUTO_MIGRATE, default=false" expect:"true or false" help:"let serve apply pending migrations at start"`
 
+	// BatchFirstAttempts runs the first attempts of deduplicated effects'
+	// intents in batches, one River job a batch (dispatcher.Config's
+	// BatchFirstAttempts, an experiment). Defaults to false.
+	BatchFirstAttempts bool `env:"OUTBOX_BATCH_FIRST_ATTEMPTS, default=false" expect:"true or false" help:"experiment: run deduplicated effects' first attempts in batches, one River job a batch (docs/design.md, section 5)"`
+
 	// DatabaseURL is the Postgres connection string. Required by every
 	// command that touches the database; defaults to none.
 	DatabaseURL string `env:"DATABASE_URL" secret:"true" expect:"a Postgres connection string such as postgres://user@localhost:5432/outbox" help:"Postgres connection string (required by serve, migrate, enqueue, intents)"`

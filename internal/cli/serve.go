@@ -138,6 +138,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		ApprovalWebhook:      cfg.ApprovalWebhook,
 		AdminAddr:            cfg.AdminAddr,
 		AutoKeyWindow:        cfg.AutoKeyWindow,
+		BatchFirstAttempts:   cfg.BatchFirstAttempts,
 		EffectTimeout:        cfg.EffectTimeout,
 		Effects:              registry,
 		GaugeRefreshInterval: time.Duration(gaugeRefreshInterval.Load()),

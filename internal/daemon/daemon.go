@@ -68,6 +68,10 @@ type Config struct {
 	// mcpserver's default.
 	AutoKeyWindow time.Duration
 
+	// BatchFirstAttempts is dispatcher.Config's BatchFirstAttempts (an
+	// experiment). Defaults to false.
+	BatchFirstAttempts bool
+
 	// EffectTimeout is one attempt's deadline. Defaults to the dispatcher's
 	// default.
 	EffectTimeout time.Duration
@@ -186,17 +190,18 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	d.stops = append(d.stops, func(context.Context) error { d.metrics.gauges.Stop(); return nil })
 
 	if d.Dispatcher, err = dispatcher.New(pool, &dispatcher.Config{
-		ApprovalTTL:       c.ApprovalTTL,
-		ApprovalWebhook:   c.ApprovalWebhook,
-		EffectTimeout:     c.EffectTimeout,
-		Effects:           c.Effects,
-		Logger:            c.Logger,
-		MaxAttempts:       c.MaxAttempts,
-		Metrics:           d.metrics.workers,
-		ReconcileInterval: c.ReconcileInterval,
-		Retention:         c.Retention,
-		Schema:            c.Schema,
-		Workers:           c.Workers,
+		ApprovalTTL:        c.ApprovalTTL,
+		ApprovalWebhook:    c.ApprovalWebhook,
+		BatchFirstAttempts: c.BatchFirstAttempts,
+		EffectTimeout:      c.EffectTimeout,
+		Effects:            c.Effects,
+		Logger:             c.Logger,
+		MaxAttempts:        c.MaxAttempts,
+		Metrics:            d.metrics.workers,
+		ReconcileInterval:  c.ReconcileInterval,
+		Retention:          c.Retention,
+		Schema:             c.Schema,
+		Workers:            c.Workers,
 	}); err != nil {
 		return nil, err
 	}
