@@ -76,13 +76,15 @@ type Config struct {
 type Client struct {
 	approved func(effect string, decision ApprovalDecision)
 	group    enqueueGroup
-	notifier *notifier
-	effects  *effects.Registry
-	observer func(effect string, outcome EnqueueOutcome)
-	logger   *slog.Logger
-	pool     *pgxpool.Pool
-	queries  *intentdb.Queries
-	schema   string
+	// groupHook, set by tests, sees each group's calls after its statement.
+	groupHook func(calls []*groupCall, err error)
+	notifier  *notifier
+	effects   *effects.Registry
+	observer  func(effect string, outcome EnqueueOutcome)
+	logger    *slog.Logger
+	pool      *pgxpool.Pool
+	queries   *intentdb.Queries
+	schema    string
 }
 
 // NewClient returns a client. pool serves reads, waits, operator actions
@@ -391,7 +393,8 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 }
 
 // Enqueue records one intent in a transaction of its own, for callers
-// without one to join (the HTTP API and the MCP server enqueue this way).
+// without one to join (the HTTP API's enqueues with the caller's own key
+// go this way).
 // It answers as EnqueueTx does. Concurrent calls on one Client share a
 // statement and its commit: while one runs, the calls that arrive wait for
 // it and go together, each answered as if it had gone alone (a key

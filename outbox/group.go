@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,20 +14,28 @@ import (
 )
 
 const (
-	// groupMax bounds the intents of one group's statement.
-	groupMax = 500
-	// groupLockWait is how long a group's statement waits for another
-	// transaction holding one of its keys uncommitted before its calls
-	// go alone (where only the call of that key waits, as before).
+	// groupMax and groupMaxBytes bound one group's statement: its intents,
+	// and their arguments' bytes (a group never refuses a call for its
+	// size: one call alone may exceed groupMaxBytes).
+	groupMax      = 500
+	groupMaxBytes = 8 << 20
+	// groupLockWait is how long a group's statement waits for any one lock
+	// (another transaction holding one of its keys uncommitted, or
+	// updating a row of a key recorded before) before its calls go alone,
+	// where only the call of that key waits.
 	groupLockWait = 50 * time.Millisecond
+	// groupTimeout bounds a group's statement even for callers without a
+	// deadline, so that a connection that stopped answering cannot hold
+	// every later call for good. Past it the group's calls get an error.
+	groupTimeout = 30 * time.Second
 )
 
 // enqueueGroup joins concurrent Enqueue calls into one statement (group
 // commit): while a group's statement runs, the calls that arrive wait, and
 // go together as the next group. A busy HTTP API then pays one statement,
 // one commit and one WAL flush for many intents, where one at a time each
-// paid its own; a lone call goes at once, as before. docs/design.md,
-// "Enqueues without a caller's transaction", has the why and the figures.
+// paid its own; a lone call goes at once. docs/design.md, "Enqueues without
+// a caller's transaction", has the why and the figures.
 type enqueueGroup struct {
 	// run records calls' intents and answers each call.
 	run func(calls []*groupCall)
@@ -48,10 +57,9 @@ type groupCall struct {
 }
 
 // do queues row for the next group and waits for its answer, or for ctx to
-// end. A call that ends with ctx before its group runs writes nothing; one
-// whose group is already running may still be recorded (as when a single
-// statement is cancelled after it was sent): enqueuing the key again
-// answers with its state.
+// end. A call that ends with ctx before its group's statement is sent
+// writes nothing; after, it may be recorded (as when a single statement is
+// cancelled in flight): enqueuing the key again answers with its state.
 func (g *enqueueGroup) do(ctx context.Context, row *intentdb.EnqueueRow) (*intentdb.EnqueueResult, error) {
 	call := &groupCall{ctx: ctx, row: row, done: make(chan struct{})}
 	g.mu.Lock()
@@ -73,7 +81,11 @@ func (g *enqueueGroup) do(ctx context.Context, row *intentdb.EnqueueRow) (*inten
 func (g *enqueueGroup) loop() {
 	for {
 		g.mu.Lock()
-		n := min(len(g.waiting), groupMax)
+		n, size := 0, 0
+		for n < min(len(g.waiting), groupMax) && (n == 0 || size+len(g.waiting[n].row.Args) <= groupMaxBytes) {
+			size += len(g.waiting[n].row.Args)
+			n++
+		}
 		if n == 0 {
 			g.running = false
 			g.waiting = nil
@@ -87,47 +99,66 @@ func (g *enqueueGroup) loop() {
 	}
 }
 
-// runGroup is the Client's enqueueGroup.run: one statement on the pool for
-// every call still waiting.
-func (c *Client) runGroup(calls []*groupCall) {
-	live := make([]*groupCall, 0, len(calls))
+// live closes the calls whose callers have gone (nothing of theirs is
+// written) and returns the others.
+func live(calls []*groupCall) []*groupCall {
+	out := make([]*groupCall, 0, len(calls))
 	for _, call := range calls {
 		if call.ctx.Err() != nil {
-			close(call.done) // its caller has gone: write nothing
+			close(call.done)
 			continue
 		}
-		live = append(live, call)
+		out = append(out, call)
 	}
-	if len(live) == 0 {
+	return out
+}
+
+// runGroup is the Client's enqueueGroup.run: one statement for every call
+// still waiting.
+func (c *Client) runGroup(calls []*groupCall) {
+	calls = live(calls)
+	if len(calls) == 0 {
 		return
 	}
-	rows := make([]*intentdb.EnqueueRow, len(live))
-	for i, call := range live {
-		rows[i] = call.row
-	}
 	// The statement serves every call of the group: no one caller's
-	// cancellation stops it, but when all have given up it is cancelled
-	// (a database that stopped answering must not hold the loop for good).
-	ctx, cancel := context.WithCancel(context.WithoutCancel(live[0].ctx))
+	// cancellation stops it, but it is cancelled when all have given up,
+	// and after groupTimeout whatever they do.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), groupTimeout)
 	defer cancel()
 	var waiting atomic.Int32
-	waiting.Store(int32(len(live)))
-	stops := make([]func() bool, len(live))
-	for i, call := range live {
+	waiting.Store(int32(len(calls))) //nolint:gosec // at most groupMax
+	stops := make([]func() bool, len(calls))
+	for i, call := range calls {
 		stops[i] = context.AfterFunc(call.ctx, func() {
 			if waiting.Add(-1) == 0 {
 				cancel()
 			}
 		})
 	}
-	results, err := c.queries.EnqueueGroup(ctx, c.pool, rows, groupLockWait)
+	var results []*intentdb.EnqueueResult
+	conn, err := c.pool.Acquire(ctx)
+	if err == nil {
+		// The connection may have taken a while: a caller that gave up
+		// meanwhile is left out, so that nothing of it is sent.
+		if calls = live(calls); len(calls) > 0 {
+			rows := make([]*intentdb.EnqueueRow, len(calls))
+			for i, call := range calls {
+				rows[i] = call.row
+			}
+			results, err = c.queries.EnqueueGroup(ctx, conn, rows, groupLockWait)
+		}
+		conn.Release()
+	}
 	for _, stop := range stops {
 		stop()
 	}
-	for i, call := range live {
+	if c.groupHook != nil {
+		c.groupHook(calls, err)
+	}
+	for i, call := range calls {
 		switch {
 		case err == nil:
-			call.res = results[i] // nil: the key was being inserted elsewhere
+			call.res = results[i] // nil: the key was being recorded elsewhere
 		case alone(err):
 			// Nothing was written: each call goes alone, so that a row
 			// the database refuses fails only its own call.
@@ -139,9 +170,14 @@ func (c *Client) runGroup(calls []*groupCall) {
 }
 
 // alone reports whether a group's statement failed having written nothing,
-// so that its calls may each be enqueued alone: the database refused it
-// (one statement outside a transaction is atomic), or it was not sent.
+// so that its calls may each be enqueued alone: it was not sent, or the
+// database refused it (one statement outside a transaction is atomic). An
+// error that ended the connection (FATAL, or a class 08 or 57P code, which
+// a pooler may send after the server committed) is not taken as refusal.
 func alone(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+	if errors.As(err, &pgErr) {
+		return pgErr.Severity == "ERROR" && !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57P")
+	}
+	return pgconn.SafeToRetry(err)
 }

@@ -301,16 +301,19 @@ type BatchSender interface {
 // a transaction that committed meanwhile) is nil, for the caller to enqueue
 // alone.
 //
-// The statement waits at most lockWait for a transaction that holds one of
-// its keys uncommitted (lock_timeout, set for its transaction alone in the
-// same round trip); past that it fails, SQLSTATE 55P03, having written
-// nothing, so that one caller's open transaction cannot hold up a group of
-// others. A lockWait of 0 leaves the session's lock_timeout.
+// The statement waits at most lockWait for any one lock (a transaction
+// holding one of its keys uncommitted, or updating a row of a key recorded
+// before); past that it fails, SQLSTATE 55P03, having written nothing, so
+// that one transaction cannot hold up a group of others. The limit is set
+// for the statement alone, in the same round trip, and the session's own
+// is back in force before the commit (whose notification lock may well be
+// waited for longer). A lockWait of 0 leaves the session's lock_timeout.
 func (q *Queries) EnqueueGroup(ctx context.Context, db BatchSender, es []*EnqueueRow, lockWait time.Duration) ([]*EnqueueResult, error) {
+	// One pipeline, one implicit transaction: settings made local to it
+	// end with it.
 	b := &pgx.Batch{}
-	// One pipeline, one implicit transaction: the setting holds for the
-	// enqueue's statement and ends with it.
 	if lockWait > 0 {
+		b.Queue(`SELECT set_config('outbox.lock_timeout', current_setting('lock_timeout'), true)`)
 		b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(max(1, lockWait.Milliseconds()), 10)+"ms")
 	}
 	if len(es) == 1 {
@@ -319,27 +322,45 @@ func (q *Queries) EnqueueGroup(ctx context.Context, db BatchSender, es []*Enqueu
 	} else {
 		b.Queue(q.sqlEnqueueManyFast, manyParams(es)...)
 	}
+	if lockWait > 0 {
+		b.Queue(`SELECT set_config('lock_timeout', current_setting('outbox.lock_timeout'), true)`)
+	}
 	br := db.SendBatch(ctx, b)
 	results, err := func() ([]*EnqueueResult, error) {
+		if lockWait > 0 {
+			for range 2 {
+				if _, err := br.Exec(); err != nil {
+					return nil, err
+				}
+			}
+		}
+		var results []*EnqueueResult
+		if len(es) > 1 {
+			var err error
+			if results, err = collectMany(br.Query())(len(es), scanRow); err != nil {
+				return nil, err
+			}
+		} else {
+			res := &EnqueueResult{}
+			row, err := scanRow(br.QueryRow(), &res.Duplicate, &res.Conflict)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				res = nil // lost the race of sqlEnqueue: nothing was written
+			case err != nil:
+				return nil, err
+			default:
+				res.Row = row
+			}
+			results = []*EnqueueResult{res}
+		}
 		if lockWait > 0 {
 			if _, err := br.Exec(); err != nil {
 				return nil, err
 			}
 		}
-		if len(es) > 1 {
-			return collectMany(br.Query())(len(es), scanRow)
-		}
-		res := &EnqueueResult{}
-		row, err := scanRow(br.QueryRow(), &res.Duplicate, &res.Conflict)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return []*EnqueueResult{nil}, nil // lost the race of sqlEnqueue
-		}
-		if err != nil {
-			return nil, err
-		}
-		res.Row = row
-		return []*EnqueueResult{res}, nil
+		return results, nil
 	}()
+	// Close reads to the end of the pipeline, which commits it.
 	if cerr := br.Close(); err == nil && cerr != nil {
 		return nil, cerr
 	}
