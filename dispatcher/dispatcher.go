@@ -22,6 +22,7 @@ const (
 	DrainBatchSizeDefault    = 1000
 	DrainPollIntervalDefault = 1 * time.Second
 	FetchCooldownDefault     = 10 * time.Millisecond
+	FetchPollIntervalDefault = 100 * time.Millisecond
 	PruneIntervalDefault     = 10 * time.Minute
 	WorkersDefault           = 50
 )
@@ -75,6 +76,15 @@ type Config struct {
 	// and adds up to 100 ms to every intent's latency; an agent waiting on an
 	// outcome notices both. Defaults to FetchCooldownDefault.
 	FetchCooldown time.Duration
+
+	// FetchPollInterval is how often River looks for jobs of a queue that
+	// no notification announced. River notifies a queue's producer of new
+	// jobs at most once per FetchCooldown, so a job inserted just after a
+	// notification, the last of a burst, waits for this poll: River's own
+	// default (1 s) showed as one-second tails at the end of bursts.
+	// Defaults to FetchPollIntervalDefault: a few cheap queries a second
+	// per queue when idle.
+	FetchPollInterval time.Duration
 
 	// Logger receives the dispatcher's, the workers' and River's logs.
 	// Defaults to a logger that discards.
@@ -144,6 +154,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if c.FetchCooldown == 0 {
 		c.FetchCooldown = FetchCooldownDefault
 	}
+	if c.FetchPollInterval == 0 {
+		c.FetchPollInterval = FetchPollIntervalDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -168,7 +181,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if c.Workers == 0 {
 		c.Workers = WorkersDefault
 	}
-	if c.ApprovalTTL < 0 || c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.MaxAttempts < 0 ||
+	if c.ApprovalTTL < 0 || c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.FetchCooldown < 0 || c.FetchPollInterval < 0 || c.MaxAttempts < 0 ||
 		c.PruneInterval < 0 || c.ReconcileInterval < 0 || c.Retention < 0 || c.Workers < 0 {
 		return nil, errors.New("dispatcher: durations and sizes must be positive")
 	}
@@ -251,7 +264,8 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	}
 	lease := workers.Lease(c.EffectTimeout)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		FetchCooldown: c.FetchCooldown,
+		FetchCooldown:     c.FetchCooldown,
+		FetchPollInterval: c.FetchPollInterval,
 		// River cancels an attempt's context at the end of its lease ...
 		JobTimeout: lease,
 		// ... and rescues it a little later, once the lease has surely

@@ -130,14 +130,17 @@ type noopWorker struct {
 func (noopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil }
 
 // riverConfig is the baseline's River configuration. It is tuned like the
-// dispatcher's River client (the same fetch cooldown and workers per queue),
-// so that the comparison is of the work per unit, not of River's settings:
-// with River's default 100 ms cooldown, 50 workers cap any queue at 500 jobs/s.
+// dispatcher's River client (the same fetch cooldown, fetch poll interval and
+// workers per queue), so that the comparison is of the work per unit, not of
+// River's settings: with River's default 100 ms cooldown, 50 workers cap any
+// queue at 500 jobs/s, and with its 1 s poll a run's last jobs may wait a
+// second (dispatcher.Config.FetchPollInterval).
 func riverConfig(schema string, workers int) *river.Config {
 	return &river.Config{
-		FetchCooldown: dispatcher.FetchCooldownDefault,
-		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
-		Schema:        schema,
+		FetchCooldown:     dispatcher.FetchCooldownDefault,
+		FetchPollInterval: dispatcher.FetchPollIntervalDefault,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		Schema:            schema,
 	}
 }
 
@@ -486,13 +489,50 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 	if err != nil {
 		return nil, err
 	}
-	res, err := measure(ctx, sys, kind.Name, cfg, offered)
+	res, err := func() (*Result, error) {
+		if err := warmUp(ctx, sys, min(warmUpUnits, cfg.Count)); err != nil {
+			return nil, fmt.Errorf("%s: %w", kind.Name, err)
+		}
+		return measure(ctx, sys, kind.Name, cfg, offered)
+	}()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if serr := sys.stop(stopCtx); serr != nil && err == nil {
 		err = serr
 	}
 	return res, err
+}
+
+// warmUpUnits is how many units a lane runs, untimed, before it is measured.
+const warmUpUnits = 50
+
+// warmUp runs n units through sys, one caller, and waits for all of them to
+// complete, so that the measurement starts with everything running: the
+// system's listeners are up (an enqueue made before the drain listens waits
+// for its next poll, up to a second, which on a run of a few seconds is
+// most of the difference between two lanes) and its statements prepared.
+// Its units are numbered below zero, apart from the measured ones.
+func warmUp(ctx context.Context, sys system, n int) error {
+	pending := make(map[int64]bool, n)
+	for i := range n {
+		id, err := sys.insert(ctx, -1-i)
+		if err != nil {
+			return fmt.Errorf("error warming up: %w", err)
+		}
+		pending[id] = true
+	}
+	timeout := time.After(time.Minute)
+	for len(pending) > 0 {
+		select {
+		case id := <-sys.completed():
+			delete(pending, id)
+		case <-timeout:
+			return fmt.Errorf("%d warm-up units of %d not completed within a minute", len(pending), n)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // throwawaySchema creates and migrates a schema of its own for one lane;
@@ -513,6 +553,26 @@ func throwawaySchema(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (sche
 		return "", nil, err
 	}
 	return schema, drop, nil
+}
+
+// warmPool opens every connection pool may hold, so that the first lane
+// does not pay for connecting (tens of milliseconds a connection, which on
+// a short run would make the baseline look slow and every ratio high).
+func warmPool(ctx context.Context, pool *pgxpool.Pool) error {
+	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("bench: error opening the pool's connections: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // Comparison is the outcome of Compare.
@@ -548,6 +608,9 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, kinds []Kind, cfg *Config)
 	cfg = cfg.withDefaults()
 	if len(kinds) == 0 || kinds[0].Guarantee != "" {
 		return nil, errors.New("bench: the first kind must be the River baseline")
+	}
+	if err := warmPool(ctx, pool); err != nil {
+		return nil, err
 	}
 	c := &Comparison{Kinds: kinds}
 	for _, k := range kinds {
