@@ -393,12 +393,11 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 }
 
 // Enqueue records one intent in a transaction of its own, for callers
-// without one to join (the HTTP API's enqueues with the caller's own key
-// go this way).
-// It answers as EnqueueTx does. Concurrent calls on one Client share a
-// statement and its commit: while one runs, the calls that arrive wait for
-// it and go together, each answered as if it had gone alone (a key
-// repeated among them is recorded once, the others answered as its
+// without one to join (the HTTP API's enqueues with the caller's own key go
+// this way). It answers as EnqueueTx does. Concurrent calls on one Client
+// share a statement and its commit: while one runs, the calls that arrive
+// wait for it and go together, each answered as if it had gone alone (a
+// key repeated among them is recorded once, the others answered as its
 // duplicates, or with a *KeyReusedError). A call whose ctx ends before its
 // statement is sent writes nothing; after, as with any statement, the
 // intent may be recorded, and enqueuing the key again tells.
@@ -409,9 +408,10 @@ func (c *Client) Enqueue(ctx context.Context, params *EnqueueParams) (*EnqueueRe
 	}
 	res, err := c.group.do(ctx, p)
 	if err == nil && res == nil {
-		// The group could not answer for this intent (its key was being
-		// recorded by a transaction still open, or the group's statement
-		// failed having written nothing): alone, as EnqueueTx.
+		// The group could not answer for this intent (another transaction
+		// recorded its key meanwhile, or held a lock past the group's
+		// limit, or the group's statement was refused having written
+		// nothing): alone, as EnqueueTx on the pool.
 		res, err = c.queries.Enqueue(ctx, c.pool, p)
 	}
 	return c.answer(p.Effect, res, err)
