@@ -32,6 +32,7 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
@@ -87,9 +88,18 @@ type Result struct {
 	Rate float64 `json:"rate_per_s"`
 	// OfferedRate is the callers' paced rate, or 0 for "as fast as they can".
 	OfferedRate float64 `json:"offered_rate_per_s"`
-	// P50 and P99 are commit-to-completed latencies.
+	// P50 and P99 are commit-to-terminal latencies: to the job's
+	// completion for River, to the intent's terminal state for outbox (its
+	// state-change notification, which Wait and the HTTP API's ?wait=
+	// answer on).
 	P50 time.Duration `json:"p50_ns"`
 	P99 time.Duration `json:"p99_ns"`
+	// JobP50 and JobP99 are commit-to-completed latencies of the River jobs
+	// (for River, P50 and P99). For outbox they come after the intent is
+	// terminal, by River's completer's wait: it writes completions every
+	// 250 ms unless 100 are waiting.
+	JobP50 time.Duration `json:"job_p50_ns"`
+	JobP99 time.Duration `json:"job_p99_ns"`
 	// TxP50 and TxP99 are the callers' transaction times (begin to commit).
 	TxP50 time.Duration `json:"tx_p50_ns"`
 	TxP99 time.Duration `json:"tx_p99_ns"`
@@ -100,8 +110,8 @@ type Result struct {
 }
 
 func (r *Result) String() string {
-	return fmt.Sprintf("%-28s %8.0f/s  p50 %7.1fms  p99 %7.1fms  tx p50 %5.2fms p99 %5.2fms",
-		r.Name, r.Rate, ms(r.P50), ms(r.P99), ms(r.TxP50), ms(r.TxP99))
+	return fmt.Sprintf("%-28s %8.0f/s  p50 %7.1fms  p99 %7.1fms  job p99 %7.1fms  tx p50 %5.2fms p99 %5.2fms",
+		r.Name, r.Rate, ms(r.P50), ms(r.P99), ms(r.JobP99), ms(r.TxP50), ms(r.TxP99))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -110,8 +120,11 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type system interface {
 	// insert commits one unit in its own transaction and returns its id.
 	insert(ctx context.Context, i int) (id int64, err error)
-	// completed delivers the ids of units as they complete.
+	// completed delivers the ids of units as their River jobs complete.
 	completed() <-chan int64
+	// terminal delivers the ids of units as they reach their terminal
+	// state, before their jobs complete; nil when that is completion.
+	terminal() <-chan int64
 	stop(ctx context.Context) error
 }
 
@@ -207,6 +220,8 @@ func (s *riverSystem) insert(ctx context.Context, i int) (int64, error) {
 
 func (s *riverSystem) completed() <-chan int64 { return s.out }
 
+func (s *riverSystem) terminal() <-chan int64 { return nil }
+
 func (s *riverSystem) stop(ctx context.Context) error {
 	err := s.client.Stop(ctx)
 	s.cancel()
@@ -222,6 +237,10 @@ type outboxSystem struct {
 	cancel func()
 	out    chan int64
 	run    int64
+	// term receives the ids of intents that succeeded, from their state
+	// changes' notifications; stopListen ends the listener.
+	term       chan int64
+	stopListen func()
 	// noCallerTx enqueues with Enqueue (the HTTP API's way).
 	noCallerTx bool
 }
@@ -247,7 +266,38 @@ func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect str
 	if err != nil {
 		return nil, err
 	}
-	s := &outboxSystem{client: client, disp: disp, effect: effect, pool: pool, out: make(chan int64, 1024), run: rand.Int64(), noCallerTx: kind.NoCallerTx}
+	s := &outboxSystem{client: client, disp: disp, effect: effect, pool: pool, out: make(chan int64, 1024), run: rand.Int64(), noCallerTx: kind.NoCallerTx,
+		// Room for every unit: the listener must never block.
+		term: make(chan int64, cfg.Count+warmUpUnits)}
+	listenCtx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
+	listening := make(chan struct{})
+	var once sync.Once
+	listenDone := make(chan struct{})
+	go func() {
+		defer close(listenDone)
+		intentdb.Listen(listenCtx, pool, &intentdb.ListenerConfig{
+			Channel:       intentdb.ChannelChanged(schema),
+			Name:          "bench",
+			ListeningFunc: func() { once.Do(func() { close(listening) }) },
+			NotifyFunc: func(payload string) {
+				if state, ids, ok := intentdb.ParseChanged(payload); ok && state == string(outbox.StateSucceeded) {
+					for _, id := range ids {
+						select {
+						case s.term <- id:
+						default: // more than the run's units: not ours
+						}
+					}
+				}
+			},
+		})
+	}()
+	s.stopListen = func() { stopListen(); <-listenDone }
+	select {
+	case <-listening:
+	case <-time.After(30 * time.Second):
+		s.stopListen()
+		return nil, errors.New("bench: the state-change listener did not start")
+	}
 	s.events, s.cancel = disp.River().SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	go func() {
 		defer close(s.out)
@@ -273,6 +323,8 @@ func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect str
 		}
 	}()
 	if err := disp.Start(ctx); err != nil {
+		s.cancel()
+		s.stopListen()
 		return nil, err
 	}
 	return s, nil
@@ -305,9 +357,12 @@ func (s *outboxSystem) insert(ctx context.Context, i int) (int64, error) {
 
 func (s *outboxSystem) completed() <-chan int64 { return s.out }
 
+func (s *outboxSystem) terminal() <-chan int64 { return s.term }
+
 func (s *outboxSystem) stop(ctx context.Context) error {
 	err := s.disp.Stop(ctx)
 	s.cancel()
+	s.stopListen()
 	return err
 }
 
@@ -315,29 +370,21 @@ func (s *outboxSystem) stop(ctx context.Context) error {
 // offered units per second in all (0: unpaced), and waits for all to complete.
 func measure(ctx context.Context, sys system, name string, cfg *Config, offered float64) (*Result, error) {
 	var (
-		mu        sync.Mutex
-		committed = make(map[int64]time.Time, cfg.Count)
-		early     = make(map[int64]time.Time) // completed before the caller recorded its commit
-		lat       = make([]time.Duration, 0, cfg.Count)
-		txTimes   = make([]time.Duration, 0, cfg.Count)
-		next      atomic.Int64
-		firstErr  error
-		errOnce   sync.Once
+		mu       sync.Mutex
+		job      = newLatencies(cfg.Count) // commit to the job completed
+		term     = newLatencies(cfg.Count) // commit to terminal, when it comes first
+		txTimes  = make([]time.Duration, 0, cfg.Count)
+		next     atomic.Int64
+		firstErr error
+		errOnce  sync.Once
 	)
 	done := make(chan struct{})
 	step := max(1, cfg.Count/100)
 	go func() {
 		defer close(done)
 		for id := range sys.completed() {
-			now := time.Now()
 			mu.Lock()
-			if at, ok := committed[id]; ok {
-				lat = append(lat, now.Sub(at))
-				delete(committed, id)
-			} else {
-				early[id] = now
-			}
-			n := len(lat)
+			n := job.event(id, time.Now())
 			mu.Unlock()
 			if cfg.ProgressFunc != nil && (n%step == 0 || n == cfg.Count) {
 				cfg.ProgressFunc(name, n, cfg.Count)
@@ -347,6 +394,39 @@ func measure(ctx context.Context, sys system, name string, cfg *Config, offered 
 			}
 		}
 	}()
+	termDone := make(chan struct{})
+	if sys.terminal() != nil {
+		go func() {
+			defer close(termDone)
+			for {
+				select {
+				case id := <-sys.terminal():
+					mu.Lock()
+					n := term.event(id, time.Now())
+					mu.Unlock()
+					if n == cfg.Count {
+						return
+					}
+				case <-done:
+					// Every job completed after its intent ended, so every
+					// notification was sent; some may still be in flight.
+					select {
+					case <-time.After(10 * time.Second):
+						return
+					case id := <-sys.terminal():
+						mu.Lock()
+						n := term.event(id, time.Now())
+						mu.Unlock()
+						if n == cfg.Count {
+							return
+						}
+					}
+				}
+			}
+		}()
+	} else {
+		close(termDone)
+	}
 	rss := sampleRSS()
 	defer rss.stop()
 
@@ -381,12 +461,8 @@ func measure(ctx context.Context, sys system, name string, cfg *Config, offered 
 				}
 				mu.Lock()
 				txTimes = append(txTimes, t1.Sub(t0))
-				if at, ok := early[id]; ok {
-					lat = append(lat, at.Sub(t1))
-					delete(early, id)
-				} else {
-					committed[id] = t1
-				}
+				job.commit(id, t1)
+				term.commit(id, t1)
 				mu.Unlock()
 			}
 		}()
@@ -399,27 +475,71 @@ func measure(ctx context.Context, sys system, name string, cfg *Config, offered 
 	case <-done:
 	case <-time.After(2 * time.Minute):
 		mu.Lock()
-		n := len(lat)
+		n := len(job.lat)
 		mu.Unlock()
 		return nil, fmt.Errorf("%s: only %d of %d completed within 2 minutes", name, n, cfg.Count)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	elapsed := time.Since(start)
-	slices.Sort(lat)
+	<-termDone
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(job.lat)
+	slices.Sort(term.lat)
 	slices.Sort(txTimes)
-	return &Result{
+	res := &Result{
 		Name:        name,
-		Count:       len(lat),
+		Count:       len(job.lat),
 		Elapsed:     elapsed,
-		Rate:        float64(len(lat)) / elapsed.Seconds(),
+		Rate:        float64(len(job.lat)) / elapsed.Seconds(),
 		OfferedRate: offered,
-		P50:         pct(lat, 0.50),
-		P99:         pct(lat, 0.99),
+		JobP50:      pct(job.lat, 0.50),
+		JobP99:      pct(job.lat, 0.99),
 		TxP50:       pct(txTimes, 0.50),
 		TxP99:       pct(txTimes, 0.99),
 		PeakRSS:     rss.stop(),
-	}, nil
+	}
+	res.P50, res.P99 = res.JobP50, res.JobP99
+	if sys.terminal() != nil {
+		if len(term.lat) != cfg.Count {
+			return nil, fmt.Errorf("%s: %d of %d units were seen terminal", name, len(term.lat), cfg.Count)
+		}
+		res.P50, res.P99 = pct(term.lat, 0.50), pct(term.lat, 0.99)
+	}
+	return res, nil
+}
+
+// latencies pairs units' commits with one kind of event, in whichever order
+// they are seen.
+type latencies struct {
+	committed map[int64]time.Time
+	early     map[int64]time.Time // seen before the caller recorded its commit
+	lat       []time.Duration
+}
+
+func newLatencies(n int) *latencies {
+	return &latencies{committed: make(map[int64]time.Time, n), early: map[int64]time.Time{}, lat: make([]time.Duration, 0, n)}
+}
+
+func (l *latencies) commit(id int64, at time.Time) {
+	if ev, ok := l.early[id]; ok {
+		l.lat = append(l.lat, ev.Sub(at))
+		delete(l.early, id)
+		return
+	}
+	l.committed[id] = at
+}
+
+// event records id's event at and returns how many units have had theirs.
+func (l *latencies) event(id int64, at time.Time) int {
+	if c, ok := l.committed[id]; ok {
+		l.lat = append(l.lat, at.Sub(c))
+		delete(l.committed, id)
+	} else {
+		l.early[id] = at
+	}
+	return len(l.lat)
 }
 
 func pct(sorted []time.Duration, p float64) time.Duration {
@@ -514,20 +634,26 @@ const warmUpUnits = 50
 // Its units are numbered below zero, apart from the measured ones.
 func warmUp(ctx context.Context, sys system, n int) error {
 	pending := make(map[int64]bool, n)
+	pendingTerm := make(map[int64]bool, n)
 	for i := range n {
 		id, err := sys.insert(ctx, -1-i)
 		if err != nil {
 			return fmt.Errorf("error warming up: %w", err)
 		}
 		pending[id] = true
+		if sys.terminal() != nil {
+			pendingTerm[id] = true
+		}
 	}
 	timeout := time.After(time.Minute)
-	for len(pending) > 0 {
+	for len(pending)+len(pendingTerm) > 0 {
 		select {
 		case id := <-sys.completed():
 			delete(pending, id)
+		case id := <-sys.terminal(): // never ready when nil
+			delete(pendingTerm, id)
 		case <-timeout:
-			return fmt.Errorf("%d warm-up units of %d not completed within a minute", len(pending), n)
+			return fmt.Errorf("%d warm-up units of %d not completed within a minute", max(len(pending), len(pendingTerm)), n)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

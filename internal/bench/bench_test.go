@@ -72,8 +72,12 @@ func TestRunSmall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Count != 200 || r.Rate <= 0 || r.P99 < r.P50 {
+		if r.Count != 200 || r.Rate <= 0 || r.P99 < r.P50 || r.JobP99 < r.JobP50 {
 			t.Fatalf("implausible result %+v", r)
+		}
+		// An intent ends before its job completes; River's unit is its job.
+		if r.P99 > r.JobP99 || r.P50 > r.JobP50 || (k.Guarantee == "" && (r.P50 != r.JobP50 || r.P99 != r.JobP99)) {
+			t.Fatalf("%s: terminal latencies p50 %v p99 %v against the job's %v and %v", k.Name, r.P50, r.P99, r.JobP50, r.JobP99)
 		}
 	}
 }
