@@ -5,7 +5,10 @@
 // Both sides do the same job: callers commit one unit of work per
 // transaction (plain River: one InsertTx; outbox: one EnqueueTx), workers
 // execute it with a no-op, and a unit counts when River reports its job
-// completed, which for outbox is after the intent's outcome is durable.
+// completed, which for outbox is after the intent's outcome is durable. Its
+// latency is to its terminal state: the job's completion for River, the
+// intent's terminal state for outbox (its state-change notification), which
+// comes before its job's completion (Result.JobP99).
 // The lanes marked "no caller tx" insert without a caller's transaction:
 // River's Insert, which opens one of its own, and outbox's Enqueue, whose
 // concurrent calls share a transaction (a group commit), the way the HTTP

@@ -30,7 +30,9 @@ at-most-once one, outbox with first attempts in batches (an experiment); then,
 without a caller's transaction, River's Insert (a transaction of its own) and
 outbox's Enqueue (concurrent calls share a transaction, as the HTTP API's
 enqueues do), plain and batched. Each lane's maximum rate is measured first, then its
-commit-to-terminal latency at half of plain River's maximum rate; last, batch
+commit-to-terminal latency at half of plain River's maximum rate (terminal: River's
+job completed, outbox's intent terminal; "job p99" is outbox's River job
+completed, which comes after); last, batch
 inserts of 1,000 a transaction (River's InsertManyTx, outbox's EnqueueManyTx).
 
 Each lane works in a schema of its own (outboxd_bench_ and a random suffix), dropped
