@@ -29,18 +29,19 @@ to deduplication), outbox with a deduplicated effect, outbox with an
 at-most-once one, outbox with first attempts in batches (an experiment); then,
 without a caller's transaction, River's Insert (a transaction of its own) and
 outbox's Enqueue (concurrent calls share a transaction, as the HTTP API's
-enqueues do), plain and batched. Each lane's maximum rate is measured first, then its
-commit-to-terminal latency at half of plain River's maximum rate (terminal: River's
-job completed, outbox's intent terminal; "job p99" is outbox's River job
-completed, which comes after); last, batch
-inserts of 1,000 a transaction (River's InsertManyTx, outbox's EnqueueManyTx).
+enqueues do), plain and batched. Each lane's maximum rate is measured first,
+then its commit-to-terminal latency at half of plain River's maximum rate
+(terminal: River's job completed, outbox's intent terminal; "job p99" is
+outbox's River job completed, which comes after); last, batch inserts of
+1,000 a transaction (River's InsertManyTx, outbox's EnqueueManyTx).
 
-Each lane works in a schema of its own (outboxd_bench_ and a random suffix), dropped
-afterwards, even on Ctrl-C; nothing else in the database is touched. Progress
-goes to stderr; the table (or with --json the figures) to stdout. Ratios are
-against plain River measured in the same run: compare ratios, not rates,
-across machines. "Like for like" sets each lane against River's lane that
-inserts the same way (in a caller's transaction or without one). Peak RSS is this process's (callers, River, dispatcher).
+Each lane works in a schema of its own (outboxd_bench_ and a random suffix),
+dropped afterwards, even on Ctrl-C; nothing else in the database is touched.
+Progress goes to stderr; the table (or with --json the figures) to stdout.
+Ratios are against plain River measured in the same run: compare ratios, not
+rates, across machines. "Like for like" sets each lane against River's lane
+that inserts the same way (in a caller's transaction or without one). Peak
+RSS is this process's (callers, River, dispatcher).
 Expect a few minutes with the defaults on a small machine.`,
 }
 
