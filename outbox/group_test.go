@@ -15,18 +15,6 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// waitForLockWait waits until a statement on the schema's intent table is
-// waiting for a lock (another transaction's uncommitted key).
-func (b *testBundle) waitForLockWait(t *testing.T) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, b.schema).Scan(&n))
-		return n > 0
-	}, 10*time.Second, 5*time.Millisecond)
-}
-
 // groups records the groups of b's client: each one's keys and error.
 type groups struct {
 	mu   sync.Mutex

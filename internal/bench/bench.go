@@ -401,6 +401,8 @@ func measure(ctx context.Context, sys system, name string, cfg *Config, offered 
 	if sys.terminal() != nil {
 		go func() {
 			defer close(termDone)
+			jobsDone := done
+			var grace <-chan time.Time
 			for {
 				select {
 				case id := <-sys.terminal():
@@ -410,20 +412,12 @@ func measure(ctx context.Context, sys system, name string, cfg *Config, offered 
 					if n == cfg.Count {
 						return
 					}
-				case <-done:
+				case <-jobsDone:
 					// Every job completed after its intent ended, so every
 					// notification was sent; some may still be in flight.
-					select {
-					case <-time.After(10 * time.Second):
-						return
-					case id := <-sys.terminal():
-						mu.Lock()
-						n := term.event(id, time.Now())
-						mu.Unlock()
-						if n == cfg.Count {
-							return
-						}
-					}
+					jobsDone, grace = nil, time.After(10*time.Second)
+				case <-grace:
+					return
 				}
 			}
 		}()
