@@ -95,6 +95,10 @@ func TestPostgresFaults(t *testing.T) {
 		require.Eventually(t, func() bool { return next.Load() > n }, time.Minute, 10*time.Millisecond)
 	}
 	waitProgress(150)
+	// The faults' moments on the database's clock, to count the attempts
+	// they landed in the middle of.
+	var restartAt, terminateAt time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&restartAt))
 	require.NoError(t, cluster.Restart(ctx))
 	t.Logf("restarted PostgreSQL at about %d intents", next.Load())
 
@@ -103,8 +107,8 @@ func TestPostgresFaults(t *testing.T) {
 	// River's, and our own callers'.
 	var terminated int
 	require.Eventually(t, func() bool {
-		return pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid()) t`).Scan(&terminated) == nil
+		return pool.QueryRow(ctx, `SELECT clock_timestamp(), count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()) t`).Scan(&terminateAt, &terminated) == nil
 	}, 30*time.Second, 100*time.Millisecond)
 	t.Logf("terminated %d backends at about %d intents", terminated, next.Load())
 	require.Positive(t, terminated)
@@ -115,16 +119,22 @@ func TestPostgresFaults(t *testing.T) {
 		require.Equal(t, outbox.StateSucceeded, intent.State, "intent %s", intent.Key)
 	}
 
-	var intents, effects, duplicated, interrupted, retriedJobs int
+	var intents, effects, duplicated, interrupted, retriedJobs, spanning int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox.outbox_intent`).Scan(&intents))
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT provider_key) FROM outbox.outbox_noop_effect`).Scan(&effects, &duplicated))
 	// What the faults interrupted: intents claimed more than once, and
 	// River jobs run more than once.
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox.outbox_intent WHERE attempt > 1 OR maybe_sent`).Scan(&interrupted))
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox.river_job WHERE kind = 'outbox_intent' AND attempt > 1`).Scan(&retriedJobs))
-	t.Logf("intents %d, effects %d, duplicated %d, enqueue retries %d, interrupted intents %d, retried jobs %d",
-		intents, effects, duplicated, retries.Load(), interrupted, retriedJobs)
-	require.Positive(t, interrupted+retriedJobs, "the faults interrupted no attempt: the run proves nothing")
+	// Attempts under way at a fault: begun before it, ended after. A pool
+	// that replaced its broken connections in time lets them finish
+	// without a retry, which is the point; they were still in the fault.
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox.outbox_intent i JOIN outbox.river_job j ON j.id = i.job_id
+		WHERE (j.attempted_at < $1 AND i.completed_at > $1) OR (j.attempted_at < $2 AND i.completed_at > $2)`,
+		restartAt, terminateAt).Scan(&spanning))
+	t.Logf("intents %d, effects %d, duplicated %d, enqueue retries %d, interrupted intents %d, retried jobs %d, attempts under way at a fault %d",
+		intents, effects, duplicated, retries.Load(), interrupted, retriedJobs, spanning)
+	require.Positive(t, interrupted+retriedJobs+spanning, "the faults landed in no attempt: the run proves nothing")
 	require.Equal(t, total, intents, "nothing lost, nothing enqueued twice")
 	require.Equal(t, total, effects, "one effect per intent")
 	require.Zero(t, duplicated)
