@@ -20,7 +20,7 @@ import (
 // executed twice would show as two effects.
 func TestReplicasWithRandomKills(t *testing.T) {
 	t.Parallel()
-	replicasWithRandomKills(t, "noop_reconcilable")
+	replicasWithRandomKills(t, false)
 }
 
 // The same with first attempts in batches (OUTBOX_BATCH_FIRST_ATTEMPTS) and
@@ -29,12 +29,15 @@ func TestReplicasWithRandomKills(t *testing.T) {
 // once at the provider (which dedupes on the provider key).
 func TestReplicasWithRandomKillsBatched(t *testing.T) {
 	t.Parallel()
-	replicasWithRandomKills(t, "noop")
+	replicasWithRandomKills(t, true)
 }
 
-func replicasWithRandomKills(t *testing.T, effect string) {
+func replicasWithRandomKills(t *testing.T, batched bool) {
 	ctx := context.Background()
-	batched := effect == "noop"
+	effect := "noop_reconcilable"
+	if batched {
+		effect = "noop" // deduplicated: its intents go in batches
+	}
 	// With the reconciler on, and often, so that its repairs (if any) are
 	// part of the run.
 	extra := []string{"OUTBOX_RECONCILE_INTERVAL=2s"}
