@@ -67,6 +67,52 @@ func TestStaleAttemptDoesNotStrandItsIntent(t *testing.T) {
 	t.Logf("stale attempt: 1 intent, %d requests, 1 ticket, 0 duplicates, 0 lost, attempts %d", requests, final.Attempts)
 }
 
+// The duplicate a look-up exists to prevent, with two replicas. A's ticket
+// create is held at the provider while A is paused (SIGSTOP) past its lease.
+// B takes over, looks the ticket up (none: A's request is still held) and
+// sends its own create, which the provider refuses with 503 without acting.
+// A's held request then goes through at the provider, and A comes back to
+// find its write stale. B's next attempt must look the ticket up again
+// before sending: a not_sent answer proves only that its own request did
+// nothing. Without that look-up it sends a second create, and a second
+// ticket.
+func TestStaleSendIsLookedUpBeforeResend(t *testing.T) {
+	t.Parallel()
+	p := newProviderEnv(t, false, "OUTBOX_EFFECT_TIMEOUT=3s", "OUTBOX_RECONCILE_INTERVAL=1h")
+	a := p.serve()
+	intent := p.enqueueWithFaults(t, "stale-resend-1", "ticket", effectArgs["ticket"],
+		sandbox.Fault{Kind: sandbox.FaultHeldBefore}, sandbox.Fault{Kind: sandbox.FaultUnavailable})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	zendesk := p.sb.Zendesk
+	require.NoError(t, zendesk.WaitHanging(ctx, intent.ProviderKey))
+	a.signal(syscall.SIGSTOP)
+	t.Cleanup(func() { a.signal(syscall.SIGCONT) })
+
+	// B rescues the job once A's leadership lapses, looks up (nothing),
+	// and sends request 2, which meets the 503.
+	p.serve()
+	for zendesk.RequestsFor(intent.ProviderKey) < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the second replica never sent: %d requests", zendesk.RequestsFor(intent.ProviderKey))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// The provider now acts on A's held request (ticket 1), before B's
+	// next attempt (the 503's Retry-After is a second away), and A comes
+	// back to a stale claim.
+	zendesk.Release(intent.ProviderKey)
+	a.signal(syscall.SIGCONT)
+	a.waitFor("stale attempt's write rejected", 30*time.Second)
+
+	final := p.waitIntent(t, "stale-resend-1", 120*time.Second)
+	require.Equal(t, 1, zendesk.EffectsFor(intent.ProviderKey), "tickets created for one intent")
+	require.Equal(t, outbox.StateSucceeded, final.State, "intent: %+v", final)
+	t.Logf("TestStaleSendIsLookedUpBeforeResend: 1 intent, %d requests, %d ticket, 0 duplicates, attempts %d",
+		zendesk.RequestsFor(intent.ProviderKey), zendesk.EffectsFor(intent.ProviderKey), final.Attempts)
+}
+
 // An operator cancels one job and deletes another in River UI, through River
 // UI's own HTTP API, while their queue is paused: the reconciler gives both
 // intents fresh jobs, and each ends succeeded with one effect.

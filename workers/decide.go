@@ -94,7 +94,7 @@ type Decision struct {
 //	exhausted, nothing may have been sent         -> failed  (attempts_exhausted)
 //	exhausted, something may have been sent       -> unknown (attempts_exhausted)
 //	lost outcome, at_most_once                    -> unknown (outcome_lost)
-//	lost outcome, reconcilable                    -> look up
+//	lost outcome or maybe sent, reconcilable      -> look up
 //	maybe sent, deduplicated, past the window     -> unknown (dedupe_window_passed)
 //	otherwise                                     -> send
 //
@@ -132,7 +132,13 @@ func Decide(s Situation) Decision {
 			return exhausted("exhausted")
 		case s.Lost && s.Guarantee == effects.GuaranteeAtMostOnce:
 			return Decision{State: outbox.StateUnknown, Code: codeOutcomeLost, Outcome: "unknown", MaybeSent: true}
-		case s.Lost && s.Guarantee == effects.GuaranteeReconcilable:
+		case (s.Lost || s.MaybeSent) && s.Guarantee == effects.GuaranteeReconcilable:
+			// Any earlier attempt that may have reached the provider is
+			// looked for before every send, not only after a lost outcome:
+			// a later attempt's not_sent answer proves only that its own
+			// request did nothing, while a stale attempt's request (paused
+			// past its lease, held at the provider) may have acted since
+			// the last look-up.
 			return Decision{Action: ActionLookup}
 		case s.MaybeSent && s.Guarantee == effects.GuaranteeDeduplicated && s.PastWindow:
 			return Decision{State: outbox.StateUnknown, Code: codeDedupeWindowPassed, Outcome: "unknown", MaybeSent: true}

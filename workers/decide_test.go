@@ -1,6 +1,9 @@
 package workers
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +49,9 @@ func TestDecide(t *testing.T) {
 		{"StartDeduplicatedPastWindowMaybeSentIsUnknown", Situation{Guarantee: dedup, MaybeSent: true, PastWindow: true},
 			maybeSent(finish(outbox.StateUnknown, codeDedupeWindowPassed, "unknown"))},
 		{"StartDeduplicatedPastWindowNeverSentSends", Situation{Guarantee: dedup, PastWindow: true}, send},
-		{"StartReconcilablePastWindowIgnoresWindow", Situation{Guarantee: recon, MaybeSent: true, PastWindow: true}, send},
+		{"StartMaybeSentReconcilableLooksUp", Situation{Guarantee: recon, MaybeSent: true}, Decision{Action: ActionLookup}},
+		{"StartReconcilablePastWindowIgnoresWindow", Situation{Guarantee: recon, MaybeSent: true, PastWindow: true}, Decision{Action: ActionLookup}},
+		{"StartReconcilableNeverSentSends", Situation{Guarantee: recon, PastWindow: true}, send},
 
 		// After a look-up.
 		{"LookupFailedRetriesReleasingTheLease", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true, LookupFailed: true},
@@ -118,6 +123,75 @@ func TestDecideNeverResendsWhatMayHaveBeenSent(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestDecideReconcilableLooksUpBeforeEveryResend walks random histories of
+// one reconcilable intent's attempts, with Decide choosing each step, and
+// checks the property a look-up exists for: after any attempt that may have
+// reached the provider, nothing is sent again unless a look-up made after
+// that attempt found nothing. The facts an attempt sees are the ones the
+// worker derives: Lost when the attempt before it died holding its claim,
+// MaybeSent once anything may have been sent, including by a stale attempt
+// whose late write was rejected (it marks maybe_sent after the fact).
+func TestDecideReconcilableLooksUpBeforeEveryResend(t *testing.T) {
+	t.Parallel()
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	for walk := range 20000 {
+		var (
+			possibleSends bool // an attempt may have reached the provider
+			cleanLookup   bool // a look-up that found nothing was made after the last possible send
+			maybeSent     bool // the intent's maybe_sent column
+			lost          bool // the previous attempt died holding its claim
+			history       []string
+		)
+		for attempt := 1; attempt <= 8; attempt++ {
+			if rng.IntN(4) == 0 {
+				// A stale attempt, paused past its lease, comes back: its
+				// request may have acted since anything this walk did.
+				possibleSends, cleanLookup, maybeSent = true, false, true
+				history = append(history, "stale attempt marks maybe_sent")
+			}
+			sit := Situation{Guarantee: effects.GuaranteeReconcilable, Lost: lost, MaybeSent: maybeSent, Last: attempt == 8}
+			lost = false
+			d := Decide(sit)
+			history = append(history, fmt.Sprintf("attempt %d: %+v -> action %d", attempt, sit, d.Action))
+			if d.Action == ActionLookup {
+				sit.Step = StepLookedUp
+				switch rng.IntN(3) {
+				case 0:
+					sit.LookupFailed = true
+				case 1:
+					sit.Found = possibleSends && rng.IntN(2) == 0
+				}
+				if !sit.Found && !sit.LookupFailed {
+					cleanLookup = true
+				}
+				d = Decide(sit)
+				history = append(history, fmt.Sprintf("  looked up (found %t, failed %t) -> action %d state %s", sit.Found, sit.LookupFailed, d.Action, d.State))
+			}
+			if d.Action == ActionSend {
+				require.True(t, !possibleSends || cleanLookup, "walk %d: sent again after a possible send with no look-up since:\n%s", walk, strings.Join(history, "\n"))
+				sit.Step = StepCalled
+				if rng.IntN(5) == 0 {
+					// The attempt dies mid-call: the next one finds the claim.
+					possibleSends, cleanLookup, maybeSent, lost = true, false, true, true
+					history = append(history, "  died mid-call")
+					continue
+				}
+				sit.Class = []effects.Class{"", effects.ClassPermanent, effects.ClassNotSent, effects.ClassAmbiguous}[rng.IntN(4)]
+				d = Decide(sit)
+				history = append(history, fmt.Sprintf("  called (class %q) -> state %s", sit.Class, d.State))
+				if sit.Class == effects.ClassAmbiguous {
+					possibleSends, cleanLookup = true, false
+				}
+			}
+			maybeSent = maybeSent || d.MaybeSent
+			if d.State.Terminal() {
+				break
 			}
 		}
 	}

@@ -25,6 +25,11 @@ const (
 	// FaultHangBefore holds the request, without performing it, until the
 	// client goes away.
 	FaultHangBefore FaultKind = "hang_before"
+	// FaultHeldBefore holds the request, without performing it, until the
+	// test calls Release for its key, even if the client went away
+	// meanwhile (as a provider that works from a queue would); then it
+	// performs the effect and answers. Zendesk only.
+	FaultHeldBefore FaultKind = "held_before"
 
 	// FaultServerError performs the effect, then answers 500. The SMTP sink
 	// resets the connection instead: an SMTP server does not answer a failure
@@ -57,7 +62,7 @@ type Fault struct {
 
 func (f Fault) valid() bool {
 	switch f.Kind {
-	case FaultTooManyRequests, FaultUnavailable, FaultReject, FaultHangBefore,
+	case FaultTooManyRequests, FaultUnavailable, FaultReject, FaultHangBefore, FaultHeldBefore,
 		FaultServerError, FaultReset, FaultSlow, FaultHangAfter:
 		return true
 	}
@@ -91,6 +96,7 @@ type standIn struct {
 	faultsBy    map[string][]Fault
 	hung        map[string]int
 	hungChanged chan struct{}
+	released    map[string]chan struct{}
 	requests    int
 	requestsBy  map[string]int
 }
@@ -107,7 +113,51 @@ func newStandIn(name string, logger *slog.Logger) *standIn {
 		faultsBy:    map[string][]Fault{},
 		hung:        map[string]int{},
 		hungChanged: make(chan struct{}),
+		released:    map[string]chan struct{}{},
 		requestsBy:  map[string]int{},
+	}
+}
+
+// Release lets the requests with key that FaultHeldBefore holds, and any
+// that come later, go on.
+func (s *standIn) Release(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.releasedLocked(key)
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (s *standIn) releasedLocked(key string) chan struct{} {
+	ch, ok := s.released[key]
+	if !ok {
+		ch = make(chan struct{})
+		s.released[key] = ch
+	}
+	return ch
+}
+
+// hold blocks a request with key until Release(key), announcing it to
+// WaitHanging; it reports false when the stand-in closed first.
+func (s *standIn) hold(key string) bool {
+	s.mu.Lock()
+	ch := s.releasedLocked(key)
+	s.hung[key]++
+	if key != "" {
+		s.hung[""]++
+	}
+	close(s.hungChanged)
+	s.hungChanged = make(chan struct{})
+	s.mu.Unlock()
+	s.logger.Info("sandbox provider holding a request", slog.String("provider", s.name))
+	select {
+	case <-ch:
+		return true
+	case <-s.closing:
+		return false
 	}
 }
 

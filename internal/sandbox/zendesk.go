@@ -148,6 +148,10 @@ func (z *Zendesk) create(w http.ResponseWriter, r *http.Request) {
 		case FaultHangBefore:
 			z.hang(key, r.Context().Done(), hangMax, true)
 			return
+		case FaultHeldBefore:
+			if !z.hold(key) {
+				return
+			}
 		}
 	}
 
