@@ -107,13 +107,8 @@ func (a *app) demo(ctx context.Context, args []string) error {
 	out.Printf("  metrics   %s/metrics\n", base)
 	out.Printf("  API       %s/v1/intents\n", base)
 	if key := s.UnknownEmailKey(); key != "" {
-		auth := ""
-		if de.Token != "" {
-			auth = `-H "Authorization: Bearer $TOKEN" `
-		}
 		out.Printf("  Resolve the unknown email once you have checked the mailbox:\n")
-		out.Printf("    curl -X POST %s%s/v1/intents/%s/resolve -d '{\"outcome\": \"succeeded\", \"note\": \"in the mailbox\"}'\n",
-			auth, base, url.PathEscape(key))
+		out.Printf("    %s\n", resolveCommand(base, key, de.Token != ""))
 	}
 	if !*exit {
 		<-ctx.Done()
@@ -123,6 +118,19 @@ func (a *app) demo(ctx context.Context, args []string) error {
 		return &exitError{code: ExitFailure}
 	}
 	return nil
+}
+
+// resolveCommand is the curl command the demo prints for resolving the
+// email it left unknown. The Content-Type header is not optional: curl -d
+// sends application/x-www-form-urlencoded, which the API refuses (415
+// unsupported_media_type). TestDemo sends what this prints.
+func resolveCommand(baseURL, key string, auth bool) string {
+	authHeader := ""
+	if auth {
+		authHeader = `-H "Authorization: Bearer $TOKEN" `
+	}
+	return fmt.Sprintf(`curl -X POST %s-H 'Content-Type: application/json' %s/v1/intents/%s/resolve -d '{"outcome": "succeeded", "note": "in the mailbox"}'`,
+		authHeader, baseURL, url.PathEscape(key))
 }
 
 // demoEnv is what the demo runs: a database, the sandbox's providers, and
