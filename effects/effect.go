@@ -84,6 +84,14 @@ type Reconciler interface {
 	Lookup(ctx context.Context, providerKey string) (result json.RawMessage, found bool, err error)
 }
 
+// RequestReconciler is implemented by reconcilable effects whose look-up
+// needs more than the provider key: the intent's arguments (a channel, a
+// repository) or its creation time (to bound a listing). The worker prefers
+// it to Reconciler.Lookup.
+type RequestReconciler interface {
+	LookupRequest(ctx context.Context, req *Request, createdAt time.Time) (result json.RawMessage, found bool, err error)
+}
+
 // ArgsGuaranteer is implemented by effects whose guarantee depends on the
 // intent's arguments: a webhook is deduplicated when its endpoint dedupes,
 // and at most once otherwise. GuaranteeFor gets valid arguments; Guarantee

@@ -225,7 +225,16 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 	d := Decide(sit)
 	if d.Action == ActionLookup {
 		lookupCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
-		result, found, err := reconciler.Lookup(lookupCtx, c.ProviderKey)
+		var (
+			result json.RawMessage
+			found  bool
+		)
+		if rr, ok := effect.(effects.RequestReconciler); ok {
+			req := &effects.Request{Args: c.Args, Attempt: c.Attempt, IntentID: c.ID, Namespace: c.Namespace, ProviderKey: c.ProviderKey}
+			result, found, err = rr.LookupRequest(lookupCtx, req, c.CreatedAt)
+		} else {
+			result, found, err = reconciler.Lookup(lookupCtx, c.ProviderKey)
+		}
 		cancel()
 		sit.Step, sit.Found, sit.LookupFailed = StepLookedUp, found, err != nil
 		if d = Decide(sit); d.Action == ActionFinish {

@@ -1,0 +1,520 @@
+package declared
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/internal/httpsend"
+)
+
+// Limits on what an answer leaves behind.
+const (
+	// ResultMax bounds an intent's result, as JSON.
+	ResultMax = 64 << 10
+	// ErrorTextMax bounds the provider's text kept in an intent's error.
+	ErrorTextMax = 2 << 10
+)
+
+// Classes a rule may name.
+const (
+	ClassSuccess   = "success"
+	ClassNotSent   = "not_sent"
+	ClassPermanent = "permanent"
+	ClassAmbiguous = "ambiguous"
+)
+
+// Effect is a declared HTTP effect: an effects.Effect like any other, and
+// an effects.Reconciler when its guarantee is reconcilable.
+type Effect struct {
+	name        string
+	description string
+	tool        string
+	guarantee   effects.Guarantee
+	window      time.Duration
+	schema      *jsonschema.Schema
+	schemaJSON  json.RawMessage
+	request     *requestDecl
+	rules       []rule
+	result      []resultField
+	lookup      *lookupDecl
+	sha256      string
+	secrets     []string
+	env         map[string]string
+	client      *http.Client
+	onRuleError func(effect string)
+}
+
+// requestDecl is a compiled request: the effect's, or its look-up's.
+type requestDecl struct {
+	method     string
+	url        *urlTemplate
+	headers    []headerDecl
+	form       bool
+	formArrays string
+	body       *bodyNode
+	timeout    time.Duration
+}
+
+type headerDecl struct {
+	name  string
+	value *template
+}
+
+type rule struct {
+	when  *condition
+	class string
+	code  string
+}
+
+// resultField is one member of result: a name and a JSON pointer.
+type resultField struct {
+	name    string
+	pointer string
+}
+
+type lookupDecl struct {
+	request *requestDecl
+	items   *condition
+	match   *condition
+	found   *condition
+	missing *condition
+	result  []resultField
+}
+
+// Name implements effects.Effect.
+func (e *Effect) Name() string { return e.name }
+
+// Guarantee implements effects.Effect.
+func (e *Effect) Guarantee() effects.Guarantee { return e.guarantee }
+
+// Description is the effect's description for agents: the MCP tool's and
+// GET /v1/effects'.
+func (e *Effect) Description() string { return e.description }
+
+// Tool is the effect's MCP tool name.
+func (e *Effect) Tool() string { return e.tool }
+
+// ArgsSchema is the args' JSON Schema, as declared.
+func (e *Effect) ArgsSchema() json.RawMessage { return e.schemaJSON }
+
+// DeclarationSHA256 is the hex sha256 of the effect's resolved declaration
+// (presets applied, secrets not included).
+func (e *Effect) DeclarationSHA256() string { return e.sha256 }
+
+// URLTemplate is the request's URL as declared, which logs and errors show
+// instead of the URL sent (whose query may hold a secret).
+func (e *Effect) URLTemplate() string { return e.request.url.raw }
+
+// DedupeWindow implements effects.DedupeWindower: the declared window less
+// the request's timeout, so that the worker's guard (which keeps its own
+// margin) never resends a request that could arrive after the window.
+func (e *Effect) DedupeWindow() time.Duration {
+	return max(e.window-e.request.timeout, 0)
+}
+
+// ValidateArgs implements effects.Effect with the declared JSON Schema.
+func (e *Effect) ValidateArgs(args json.RawMessage) error {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return &effects.ArgError{Message: "must be a valid JSON object"}
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return &effects.ArgError{Message: "must be a JSON object"}
+	}
+	if err := e.schema.Validate(v); err != nil {
+		var verr *jsonschema.ValidationError
+		if errors.As(err, &verr) {
+			return argError(verr)
+		}
+		return &effects.ArgError{Message: err.Error()}
+	}
+	return nil
+}
+
+// argError turns the schema's first leaf failure into an ArgError naming
+// its field ("to[2]", "customer.id").
+func argError(verr *jsonschema.ValidationError) *effects.ArgError {
+	for len(verr.Causes) > 0 {
+		verr = verr.Causes[0]
+	}
+	var field strings.Builder
+	for _, seg := range verr.InstanceLocation {
+		if _, err := strconv.Atoi(seg); err == nil {
+			field.WriteString("[" + seg + "]")
+			continue
+		}
+		if field.Len() > 0 {
+			field.WriteByte('.')
+		}
+		field.WriteString(seg)
+	}
+	msg := verr.ErrorKind.LocalizedString(nil)
+	if missing, ok := verr.ErrorKind.(interface{ KeywordPath() []string }); ok && len(missing.KeywordPath()) > 0 && missing.KeywordPath()[0] == "required" {
+		// "missing property 'x'" names the field in its message: say it
+		// as the field.
+		if name := quoted(msg); name != "" {
+			if field.Len() > 0 {
+				field.WriteByte('.')
+			}
+			field.WriteString(name)
+			msg = "is required"
+		}
+	}
+	return &effects.ArgError{Field: field.String(), Message: msg}
+}
+
+func quoted(s string) string {
+	_, rest, ok := strings.Cut(s, "'")
+	if !ok {
+		return ""
+	}
+	name, _, ok := strings.Cut(rest, "'")
+	if !ok || strings.Contains(rest[len(name)+1:], "'") {
+		return ""
+	}
+	return name
+}
+
+// attempt is one attempt's values.
+type attempt struct {
+	rc      *renderCtx
+	celArgs any
+}
+
+func (e *Effect) newAttempt(req *effects.Request, createdAt time.Time) (*attempt, error) {
+	dec := json.NewDecoder(bytes.NewReader(req.Args))
+	dec.UseNumber()
+	var args any
+	if err := dec.Decode(&args); err != nil {
+		return nil, effects.Permanent("invalid_args", fmt.Errorf("effect %s: args are not JSON", e.name))
+	}
+	var celArgs any
+	_ = json.Unmarshal(req.Args, &celArgs)
+	rc := &renderCtx{args: args, env: e.env, providerKey: req.ProviderKey}
+	if !createdAt.IsZero() {
+		rc.createdAt = createdAt.UTC().Format(time.RFC3339)
+	}
+	return &attempt{rc: rc, celArgs: celArgs}, nil
+}
+
+// build renders a request for one attempt.
+func (e *Effect) build(ctx context.Context, d *requestDecl, a *attempt) (*http.Request, error) {
+	u, err := d.url.render(a.rc)
+	if err != nil {
+		return nil, err
+	}
+	var body []byte
+	contentType := ""
+	if d.body != nil {
+		v, _, err := d.body.render(a.rc)
+		if err != nil {
+			return nil, err
+		}
+		if d.form {
+			body, contentType = []byte(formEncode(v, d.formArrays)), "application/x-www-form-urlencoded"
+		} else {
+			if body, err = marshalJSON(v); err != nil {
+				return nil, &invalidArgsError{msg: "the body cannot be encoded as JSON"}
+			}
+			contentType = "application/json"
+		}
+	}
+	r, err := http.NewRequestWithContext(ctx, d.method, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, &invalidArgsError{msg: "the request cannot be built from " + d.url.raw}
+	}
+	if body == nil {
+		r.Body, r.ContentLength = http.NoBody, 0
+	}
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	r.Header.Set("Accept", "application/json")
+	r.Header.Set("User-Agent", "outbox")
+	for _, h := range d.headers {
+		v, ok, err := h.value.renderString(a.rc, nil)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, &invalidArgsError{msg: fmt.Sprintf("header %s cannot be sent: its value holds a line break", h.name)}
+		}
+		r.Header.Set(h.name, v)
+	}
+	return r, nil
+}
+
+// Execute implements effects.Effect.
+func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
+	a, err := e.newAttempt(req, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.request.timeout)
+	defer cancel()
+	httpReq, err := e.build(ctx, e.request, a)
+	if err != nil {
+		return nil, e.renderError(err)
+	}
+	resp, err := httpsend.Do(e.client, httpReq, "effect "+e.name)
+	if err != nil {
+		return nil, e.scrubError(err)
+	}
+	return e.classify(resp, a)
+}
+
+// renderError classifies a request that could not be built: arguments that
+// cannot be sent are permanent, and nothing was sent.
+func (e *Effect) renderError(err error) error {
+	var ia *invalidArgsError
+	if errors.As(err, &ia) {
+		return effects.Permanent("invalid_args", errors.New(e.scrub("effect "+e.name+": "+ia.msg)))
+	}
+	return effects.NotSent("request_not_built", errors.New(e.scrub("effect "+e.name+": "+err.Error())))
+}
+
+// classify decides an answer's class: the rules first, in order, then the
+// default classes of docs/effects.md.
+func (e *Effect) classify(resp *httpsend.Response, a *attempt) (json.RawMessage, error) {
+	vars := e.answerVars(resp, a)
+	class, code := "", ""
+	for _, r := range e.rules {
+		ok, err := r.when.evalBool(vars.activation(nil))
+		if err != nil {
+			// A rule that cannot be evaluated does not match; counted, so
+			// that a rule broken by a provider's new answer shows.
+			if e.onRuleError != nil {
+				e.onRuleError(e.name)
+			}
+			continue
+		}
+		if ok {
+			class, code = r.class, r.code
+			break
+		}
+	}
+	status := resp.StatusCode
+	if class == "" {
+		class = e.defaultClass(status)
+	}
+	if code == "" {
+		code = "http_" + strconv.Itoa(status)
+	}
+	if class == ClassSuccess {
+		result, err := e.extract(e.result, vars.body)
+		if err != nil {
+			return nil, effects.Ambiguous("unreadable_answer", fmt.Errorf("effect %s: answered %d, but %v", e.name, status, err))
+		}
+		return result, nil
+	}
+	msg := fmt.Errorf("effect %s: %s answered %d: %s", e.name, e.request.url.raw, status,
+		e.scrub(httpsend.Truncate(string(resp.Body), ErrorTextMax)))
+	switch class {
+	case ClassNotSent:
+		return nil, httpsend.WithRetryAfter(effects.NotSent(code, msg), resp.Header)
+	case ClassPermanent:
+		return nil, effects.Permanent(code, msg)
+	}
+	return nil, effects.Ambiguous(code, msg)
+}
+
+// defaultClass is a status's class when no rule matched.
+func (e *Effect) defaultClass(status int) string {
+	switch {
+	case status >= 200 && status < 300:
+		return ClassSuccess
+	case status == http.StatusTooManyRequests:
+		return ClassNotSent
+	case status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusServiceUnavailable:
+		// Documented by most providers as "not processed", but an
+		// at-most-once effect has no key to make a wrong guess harmless.
+		if e.guarantee == effects.GuaranteeAtMostOnce {
+			return ClassAmbiguous
+		}
+		return ClassNotSent
+	case status >= 400 && status < 500:
+		return ClassPermanent
+	}
+	return ClassAmbiguous
+}
+
+func (e *Effect) answerVars(resp *httpsend.Response, a *attempt) *answerVars {
+	headers := make(map[string]string, len(resp.Header))
+	for name, values := range resp.Header {
+		headers[strings.ToLower(name)] = strings.Join(values, ", ")
+	}
+	var body any
+	if len(bytes.TrimSpace(resp.Body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(resp.Body))
+		if err := dec.Decode(&body); err != nil || dec.More() {
+			body = string(resp.Body)
+		}
+	}
+	return &answerVars{status: resp.StatusCode, headers: headers, body: body, args: a.celArgs, providerKey: a.rc.providerKey}
+}
+
+// extract builds a result from JSON pointers into v. Numbers keep their
+// exact text: v is decoded again from its JSON with json.Number.
+func (e *Effect) extract(fields []resultField, v any) (json.RawMessage, error) {
+	if len(fields) == 0 {
+		return json.RawMessage(`{}`), nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("the answer is not JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("the answer is not JSON")
+	}
+	out := orderedMap{}
+	for _, f := range fields {
+		val, ok := resolvePointer(doc, f.pointer)
+		if !ok {
+			return nil, fmt.Errorf("result %s: %s is not in the answer", f.name, f.pointer)
+		}
+		out = append(out, orderedKV{key: f.name, value: val})
+	}
+	b, err := marshalJSON(out)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > ResultMax {
+		return nil, fmt.Errorf("the result is %d bytes, more than %d", len(b), ResultMax)
+	}
+	return json.RawMessage(e.scrub(string(b))), nil
+}
+
+// resolvePointer resolves an RFC 6901 JSON pointer.
+func resolvePointer(v any, pointer string) (any, bool) {
+	if pointer == "" {
+		return v, true
+	}
+	for _, tok := range strings.Split(pointer[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch node := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = node[tok]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(node) {
+				return nil, false
+			}
+			v = node[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// Lookup implements effects.Reconciler for a look-up that needs neither
+// the args nor the intent's creation time.
+func (e *Effect) Lookup(ctx context.Context, providerKey string) (json.RawMessage, bool, error) {
+	return e.LookupRequest(ctx, &effects.Request{Args: json.RawMessage(`{}`), ProviderKey: providerKey}, time.Time{})
+}
+
+// LookupRequest implements effects.RequestReconciler: it asks the provider
+// whether the effect for req exists. Anything but a clear answer (another
+// status, a CEL error, items that are not a list) is an error, never "not
+// found".
+func (e *Effect) LookupRequest(ctx context.Context, req *effects.Request, createdAt time.Time) (json.RawMessage, bool, error) {
+	if e.lookup == nil {
+		return nil, false, fmt.Errorf("effect %s has no look-up", e.name)
+	}
+	a, err := e.newAttempt(req, createdAt)
+	if err != nil {
+		return nil, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.lookup.request.timeout)
+	defer cancel()
+	httpReq, err := e.build(ctx, e.lookup.request, a)
+	if err != nil {
+		return nil, false, e.renderError(err)
+	}
+	resp, err := httpsend.Do(e.client, httpReq, "look-up of effect "+e.name)
+	if err != nil {
+		return nil, false, e.scrubError(err)
+	}
+	failed := func(format string, args ...any) error {
+		return errors.New(e.scrub(fmt.Sprintf("lookup_failed: effect %s: %s answered %d: ", e.name, e.lookup.request.url.raw, resp.StatusCode) + fmt.Sprintf(format, args...)))
+	}
+	vars := e.answerVars(resp, a)
+	act := vars.activation(nil)
+	if e.lookup.items != nil {
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			return nil, false, failed("not a 2xx")
+		}
+		items, err := e.lookup.items.evalList(act)
+		if err != nil {
+			return nil, false, failed("items: %v", err)
+		}
+		for _, item := range items {
+			ok, err := e.lookup.match.evalBool(vars.activation(item))
+			if err != nil {
+				return nil, false, failed("match: %v", err)
+			}
+			if ok {
+				result, err := e.extract(e.lookup.result, item)
+				if err != nil {
+					return nil, false, failed("%v", err)
+				}
+				return result, true, nil
+			}
+		}
+		return nil, false, nil
+	}
+	found, err1 := e.lookup.found.evalBool(act)
+	missing, err2 := e.lookup.missing.evalBool(act)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, false, failed("%v", err)
+	}
+	switch {
+	case found && !missing:
+		result, err := e.extract(e.lookup.result, vars.body)
+		if err != nil {
+			return nil, false, failed("%v", err)
+		}
+		return result, true, nil
+	case missing && !found:
+		return nil, false, nil
+	}
+	return nil, false, failed("found is %t and missing is %t: exactly one must hold", found, missing)
+}
+
+// scrub replaces every secret (each {env.*} value) in s.
+func (e *Effect) scrub(s string) string {
+	for _, secret := range e.secrets {
+		s = strings.ReplaceAll(s, secret, "[redacted]")
+	}
+	return s
+}
+
+// scrubError scrubs a classified error's message, keeping its class.
+func (e *Effect) scrubError(err error) error {
+	var ce *effects.Error
+	if !errors.As(err, &ce) {
+		return errors.New(e.scrub(err.Error()))
+	}
+	scrubbed := *ce
+	scrubbed.Err = errors.New(e.scrub(ce.Err.Error()))
+	return &scrubbed
+}
