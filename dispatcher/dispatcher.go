@@ -42,14 +42,17 @@ type Config struct {
 	// awaiting_approval (workers.ApprovalNoticeWorker). Defaults to none.
 	ApprovalWebhook string
 
-	// BatchFirstAttempts, an experiment off by default, dispatches the
-	// intents of deduplicated effects that one drain takes as one River job
-	// per effect and namespace (workers.IntentBatchWorker), which runs their
-	// first attempts; an intent needing another attempt gets a job of its
-	// own. It saves River's writes per intent; docs/design.md ("First
-	// attempts in batches") has what it was measured to gain and why it is
-	// not the default.
-	BatchFirstAttempts bool
+	// DisableBatchFirstAttempts turns off first attempts in batches. By
+	// default the intents of deduplicated effects that one drain takes are
+	// dispatched as one River job per effect and namespace
+	// (workers.IntentBatchWorker, kind outbox_intent_batch), which runs
+	// their first attempts; an intent needing another attempt gets a job of
+	// its own. It saves River's writes per intent; docs/design.md ("First
+	// attempts in batches") has what it costs. The field is a Disable rather
+	// than an Enable, as River's are for behaviour on by default
+	// (InsertOpts.DisableUniqueEnforcement, Config.SkipUnknownJobCheck):
+	// the zero Config gets the default, and a caller can still turn it off. Defaults to false: batches on.
+	DisableBatchFirstAttempts bool
 
 	// DrainBatchSize is how many intents one drain transaction dispatches.
 	// Defaults to DrainBatchSizeDefault.
@@ -225,7 +228,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err := river.AddWorkerSafely(riverWorkers, worker); err != nil {
 		return nil, err
 	}
-	if c.BatchFirstAttempts {
+	if !c.DisableBatchFirstAttempts {
 		batcher, err := workers.NewIntentBatchWorker(pool, worker, c.Workers)
 		if err != nil {
 			return nil, err

@@ -99,77 +99,150 @@ func (b *testBundle) scalar(t *testing.T, sql string) int {
 
 func (b *testBundle) table(name string) string { return pgx.Identifier{b.schema, name}.Sanitize() }
 
+// requireOneJobEach requires n intents, each in exactly one of jobs River
+// jobs (of its own, or a batch), which lists it and runs in its effect's
+// queue.
+func (b *testBundle) requireOneJobEach(t *testing.T, n, jobs int) {
+	t.Helper()
+	require.Equal(t, jobs, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
+	require.Equal(t, jobs, b.scalar(t, `SELECT count(DISTINCT job_id) FROM `+b.table("outbox_intent")))
+	// The jobs list n intents in all ...
+	require.Equal(t, n, b.scalar(t, `SELECT coalesce(sum(coalesce(jsonb_array_length(args->'intent_ids'), 1)), 0) FROM `+b.table("river_job")))
+	// ... and every intent points at a job that lists it.
+	require.Equal(t, n, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
+		` j ON j.id = i.job_id AND ((j.args->>'intent_id')::bigint = i.id OR j.args->'intent_ids' @> to_jsonb(i.id)) AND j.queue = i.effect`))
+}
+
+// batchLine is a batch job's output line of one intent, with the batch.
+type batchLine struct {
+	workers.BatchIntentOutput
+	BatchJobID int64
+}
+
+// batchLines returns the output lines of every batch job, by intent id,
+// and requires each batch's counts and metadata to agree with its lines.
+func (b *testBundle) batchLines(t *testing.T) map[int64]batchLine {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `SELECT id, metadata FROM `+b.table("river_job")+` WHERE kind = $1`,
+		workers.IntentBatchArgs{}.Kind())
+	require.NoError(t, err)
+	type batch struct {
+		id       int64
+		metadata []byte
+	}
+	var batches []batch
+	for rows.Next() {
+		var j batch
+		require.NoError(t, rows.Scan(&j.id, &j.metadata))
+		batches = append(batches, j)
+	}
+	require.NoError(t, rows.Err())
+	lines := map[int64]batchLine{}
+	for _, j := range batches {
+		var md struct {
+			BatchSize int                 `json:"batch_size"`
+			Effect    string              `json:"effect"`
+			Namespace string              `json:"namespace"`
+			Output    workers.BatchOutput `json:"output"`
+		}
+		require.NoError(t, json.Unmarshal(j.metadata, &md))
+		require.Len(t, md.Output.Intents, md.BatchSize, "the metadata's size is the batch's")
+		require.NotEmpty(t, md.Effect)
+		require.NotEmpty(t, md.Namespace)
+		require.Equal(t, md.BatchSize, md.Output.Ended+md.Output.HandedOver+md.Output.Skipped)
+		for _, l := range md.Output.Intents {
+			_, dup := lines[l.IntentID]
+			require.False(t, dup, "intent %d in two batches", l.IntentID)
+			lines[l.IntentID] = batchLine{BatchIntentOutput: l, BatchJobID: j.id}
+		}
+	}
+	return lines
+}
+
 func TestDrain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	t.Run("TwoDrainsRacing", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		const n = 3000
-		b.enqueueN(t, n, "noop", map[string]any{})
-		// Small batches, so the two drains interleave many times.
-		d1 := b.dispatcher(t, &Config{DrainBatchSize: 50})
-		d2 := b.dispatcher(t, &Config{DrainBatchSize: 50})
-		var wg sync.WaitGroup
-		counts := make([]int, 2)
-		for i, d := range []*Dispatcher{d1, d2} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c, err := d.Drain(ctx)
-				if err != nil {
-					t.Errorf("drain: %v", err)
-				}
-				counts[i] = c
-			}()
-		}
-		wg.Wait()
-		require.Equal(t, n, counts[0]+counts[1])
-		require.Positive(t, counts[0])
-		require.Positive(t, counts[1])
-		require.Equal(t, n, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
-		require.Equal(t, n, b.scalar(t, `SELECT count(DISTINCT job_id) FROM `+b.table("outbox_intent")))
-		// Every job points back at the intent that points at it.
-		require.Equal(t, n, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
-			` j ON j.id = i.job_id AND (j.args->>'intent_id')::bigint = i.id AND j.queue = i.effect`))
-		// Draining again finds nothing.
-		c, err := d1.Drain(ctx)
-		require.NoError(t, err)
-		require.Zero(t, c)
-	})
+	// Each test runs twice: with first attempts in batches (the default),
+	// where a drain gives its deduplicated intents one job per effect and
+	// namespace, and without, one job per intent. Either way every intent
+	// is in exactly one job, and that job lists it.
+	for _, variant := range []struct {
+		name    string
+		disable bool
+	}{{"Batched", false}, {"JobPerIntent", true}} {
+		t.Run("TwoDrainsRacing"+variant.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			const n = 3000
+			b.enqueueN(t, n, "noop", map[string]any{})
+			// Small batches, so the two drains interleave many times.
+			d1 := b.dispatcher(t, &Config{DisableBatchFirstAttempts: variant.disable, DrainBatchSize: 50})
+			d2 := b.dispatcher(t, &Config{DisableBatchFirstAttempts: variant.disable, DrainBatchSize: 50})
+			var wg sync.WaitGroup
+			counts := make([]int, 2)
+			for i, d := range []*Dispatcher{d1, d2} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := d.Drain(ctx)
+					if err != nil {
+						t.Errorf("drain: %v", err)
+					}
+					counts[i] = c
+				}()
+			}
+			wg.Wait()
+			require.Equal(t, n, counts[0]+counts[1])
+			require.Positive(t, counts[0])
+			require.Positive(t, counts[1])
+			jobs := n
+			if !variant.disable {
+				jobs = n / 50 // one batch per drain transaction
+			}
+			b.requireOneJobEach(t, n, jobs)
+			// Draining again finds nothing.
+			c, err := d1.Drain(ctx)
+			require.NoError(t, err)
+			require.Zero(t, c)
+		})
 
-	t.Run("KilledMidBatchLeavesNothing", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		b.enqueueN(t, 100, "noop", map[string]any{})
-		d := b.dispatcher(t, nil)
-		// The drain's backend dies after the jobs were inserted and the
-		// intents marked, before commit: as if the process was killed.
-		var pid int
-		d.drainer.beforeCommitFunc = func(ctx context.Context, tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Run("KilledMidBatchLeavesNothing"+variant.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.enqueueN(t, 100, "noop", map[string]any{})
+			d := b.dispatcher(t, &Config{DisableBatchFirstAttempts: variant.disable})
+			// The drain's backend dies after the jobs were inserted and the
+			// intents marked, before commit: as if the process was killed.
+			var pid int
+			d.drainer.beforeCommitFunc = func(ctx context.Context, tx pgx.Tx) error {
+				if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
 				return err
 			}
-			_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
-			return err
-		}
-		_, err := d.Drain(ctx)
-		require.Error(t, err)
-		// Until the dying backend has rolled back, its rows stay locked and
-		// another drain rightly skips them.
-		require.Eventually(t, func() bool {
-			return b.scalar(t, fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid)) == 0
-		}, 10*time.Second, 10*time.Millisecond)
-		require.Zero(t, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
-		require.Equal(t, 100, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` WHERE job_id IS NULL`))
+			_, err := d.Drain(ctx)
+			require.Error(t, err)
+			// Until the dying backend has rolled back, its rows stay locked and
+			// another drain rightly skips them.
+			require.Eventually(t, func() bool {
+				return b.scalar(t, fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid)) == 0
+			}, 10*time.Second, 10*time.Millisecond)
+			require.Zero(t, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
+			require.Equal(t, 100, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` WHERE job_id IS NULL`))
 
-		d.drainer.beforeCommitFunc = nil
-		c, err := d.Drain(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 100, c)
-		require.Equal(t, 100, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
-	})
+			d.drainer.beforeCommitFunc = nil
+			c, err := d.Drain(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 100, c)
+			jobs := 100
+			if !variant.disable {
+				jobs = 1
+			}
+			b.requireOneJobEach(t, 100, jobs)
+		})
+	}
 
 	t.Run("RawSQLIntentsAreValidated", func(t *testing.T) {
 		t.Parallel()
@@ -378,9 +451,10 @@ func TestDispatcherStopsCleanly(t *testing.T) {
 	require.Equal(t, outbox.StateUnknown, hung.State)
 }
 
-// TestBatchFirstAttempts covers the experiment of Config.BatchFirstAttempts:
-// deduplicated intents are dispatched in batch jobs, each ends once, and an
-// intent whose first attempt does not end it goes on to a job of its own.
+// TestBatchFirstAttempts covers first attempts in batches, the default
+// (Config.DisableBatchFirstAttempts): deduplicated intents are dispatched
+// in batch jobs, each ends once, and an intent whose first attempt does not
+// end it goes on to a job of its own.
 func TestBatchFirstAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -392,7 +466,7 @@ func TestBatchFirstAttempts(t *testing.T) {
 		b.enqueueN(t, 300, "noop", map[string]any{})
 		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "amo", Effect: "noop_at_most_once", Args: map[string]any{}})
 		require.NoError(t, err)
-		d := b.dispatcher(t, &Config{BatchFirstAttempts: true})
+		d := b.dispatcher(t, nil)
 		n, err := d.Drain(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 301, n)
@@ -405,42 +479,76 @@ func TestBatchFirstAttempts(t *testing.T) {
 			` j ON j.id = i.job_id AND j.kind = '`+batchKind+`' AND j.args->'intent_ids' @> to_jsonb(i.id) AND j.queue = i.effect`))
 	})
 
+	// What the design guarantees, whatever the machine's load: each intent
+	// ends once, with one effect; one that stayed with its batch ended in
+	// its first attempt; one that left it has a job of its own, which the
+	// batch's output names, with the reason. How many leave is not
+	// asserted beyond the failing ones: an attempt that cannot begin within
+	// the batch's budget is (correctly) handed over, and how many begin in
+	// time depends on the machine (F6: a loaded machine handed 61 of 200
+	// over with a 1 s effect timeout).
 	t.Run("EachIntentEndsOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		// A short effect timeout, so that the hanging intents' first
-		// attempts end (ambiguous: the noop recorded its effect first).
-		d := b.dispatcher(t, &Config{BatchFirstAttempts: true, EffectTimeout: time.Second})
+		d := b.dispatcher(t, nil)
 		completed, cancelSub := d.River().Subscribe(river.EventKindJobCompleted)
 		defer cancelSub()
 		params := make([]*outbox.EnqueueParams, 0, 203)
 		for i := range 200 {
 			params = append(params, &outbox.EnqueueParams{Key: fmt.Sprintf("k%d", i), Effect: "noop", Args: map[string]any{"i": i}})
 		}
+		// Their first attempt acts and then fails ambiguously (a 5xx after
+		// the provider acted): they must leave their batch, and the second
+		// attempt, in a job of its own, resends under the same key. (A
+		// failure rather than a hang, so that the test needs no short
+		// effect timeout, which is what made the batch's budget tight.)
 		for i := range 3 {
-			params = append(params, &outbox.EnqueueParams{Key: fmt.Sprintf("hang%d", i), Effect: "noop", Args: map[string]any{"_noop": map[string]any{"hang": "after"}}})
+			params = append(params, &outbox.EnqueueParams{Key: fmt.Sprintf("fail%d", i), Effect: "noop",
+				Args: map[string]any{"_noop": map[string]any{"fail": "ambiguous", "fail_attempts": 1}}})
 		}
 		_, err := b.client.EnqueueManyTx(ctx, b.pool, params)
 		require.NoError(t, err)
 		require.NoError(t, d.Start(ctx))
 		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
 
-		for _, got := range b.succeeded(t, 30*time.Second, params...) {
-			if strings.HasPrefix(got.Key, "hang") {
-				require.Equal(t, 2, got.Attempts, "the second attempt, in a job of its own, resent under the same key")
-			} else {
-				require.Equal(t, 1, got.Attempts)
-			}
-		}
+		ended := b.succeeded(t, 60*time.Second, params...)
 		count, err := noop.Count(ctx, b.pool, b.schema, "")
 		require.NoError(t, err)
-		require.Equal(t, 203, count)
-		// The hanging ones were handed over to jobs of their own; the
-		// others stayed with batches.
-		require.Equal(t, 3, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
-			` j ON j.id = i.job_id AND j.kind = 'outbox_intent' WHERE i.key LIKE 'hang%'`))
-		require.Equal(t, 200, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_intent")+` i JOIN `+b.table("river_job")+
-			` j ON j.id = i.job_id AND j.kind = '`+batchKind+`' WHERE i.key LIKE 'k%'`))
+		require.Equal(t, 203, count, "one effect per intent")
+		// River completes a batch job (and stores its output) after its
+		// intents ended.
+		require.Eventually(t, func() bool {
+			return b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")+` WHERE kind = '`+batchKind+`' AND state <> 'completed'`) == 0
+		}, 30*time.Second, 50*time.Millisecond)
+		lines := b.batchLines(t)
+		require.Len(t, lines, 203, "every intent was in a batch")
+
+		stayed := 0
+		for _, got := range ended {
+			line := lines[got.ID]
+			require.NotNil(t, got.JobID, got.Key)
+			if line.HandedOverTo == 0 {
+				// Ended in the batch, in its first attempt.
+				require.Equal(t, 1, got.Attempts, got.Key)
+				require.Equal(t, string(outbox.StateSucceeded), line.State, got.Key)
+				require.Equal(t, line.BatchJobID, *got.JobID, got.Key)
+				require.NotContains(t, got.Key, "fail", "a failed attempt leaves its batch")
+				stayed++
+				continue
+			}
+			// Left it: the job of its own the batch names, and why.
+			require.Equal(t, line.HandedOverTo, *got.JobID, got.Key)
+			require.Equal(t, 1, b.scalar(t, fmt.Sprintf(`SELECT count(*) FROM %s WHERE id = %d AND kind = 'outbox_intent'`, b.table("river_job"), *got.JobID)), got.Key)
+			require.Equal(t, string(outbox.StatePending), line.State, got.Key)
+			require.Contains(t, []string{"not_begun", "retry"}, line.HandOverReason, got.Key)
+			if strings.HasPrefix(got.Key, "fail") {
+				require.Equal(t, "retry", line.HandOverReason, got.Key)
+				require.Equal(t, "noop_ambiguous", line.ErrorCode, got.Key)
+				require.Equal(t, 2, got.Attempts, "the second attempt, in a job of its own, resent under the same key")
+			}
+		}
+		t.Logf("%d of 200 intents ended in their batch", stayed)
+		require.Positive(t, stayed, "the batches ran first attempts")
 
 		// A retry of a completed batch (River UI, or a rescue) runs it
 		// again, and it does nothing.
@@ -481,7 +589,7 @@ func TestBatchFirstAttempts(t *testing.T) {
 		}
 		_, err := b.client.EnqueueManyTx(ctx, b.pool, params)
 		require.NoError(t, err)
-		d := b.dispatcher(t, &Config{BatchFirstAttempts: true, EffectTimeout: time.Second, Workers: 1})
+		d := b.dispatcher(t, &Config{EffectTimeout: time.Second, Workers: 1})
 		require.NoError(t, d.Start(ctx))
 		t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
 
@@ -564,7 +672,7 @@ func TestBatchAttemptPanics(t *testing.T) {
 	}
 	_, err = client.EnqueueManyTx(ctx, b.pool, params)
 	require.NoError(t, err)
-	d := b.dispatcher(t, &Config{BatchFirstAttempts: true})
+	d := b.dispatcher(t, nil)
 	require.NoError(t, d.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
 
@@ -582,7 +690,7 @@ func TestBatchWriteGuards(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	b.enqueueN(t, 2, "noop", map[string]any{})
-	d := b.dispatcher(t, &Config{BatchFirstAttempts: true})
+	d := b.dispatcher(t, nil)
 	_, err := d.Drain(ctx)
 	require.NoError(t, err)
 	var batchID int64
@@ -675,7 +783,7 @@ func TestBatchAttemptAfterWaitRereads(t *testing.T) {
 	})
 	require.NoError(t, err)
 	first, second := res[0].Intent, res[1].Intent
-	d := b.dispatcher(t, &Config{BatchFirstAttempts: true, Workers: 1})
+	d := b.dispatcher(t, &Config{Workers: 1})
 	require.NoError(t, d.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
 

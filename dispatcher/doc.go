@@ -12,4 +12,10 @@
 // marks commit together, a drain that dies mid-batch leaves nothing behind,
 // and because SKIP LOCKED hands every row to exactly one drain, any number of
 // replicas drain at once: every intent gets exactly one River job.
+//
+// By default that job is shared: the deduplicated intents of one drain,
+// per effect and namespace, go to one batch job (kind outbox_intent_batch)
+// that runs their first attempts, and an intent its first attempt does not
+// end is handed over to a job of its own (Config.DisableBatchFirstAttempts;
+// docs/design.md, "First attempts in batches").
 package dispatcher

@@ -24,7 +24,7 @@ type drainer struct {
 	// approvalWebhook is Config.ApprovalWebhook: when set, each drain also
 	// inserts a notice job for every intent newly awaiting approval.
 	approvalWebhook string
-	// batchFirstAttempts is Config.BatchFirstAttempts.
+	// batchFirstAttempts is the negation of Config.DisableBatchFirstAttempts.
 	batchFirstAttempts bool
 	batchSize          int
 	effects            *effects.Registry
@@ -43,7 +43,7 @@ type drainer struct {
 func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config, maxAttempts int) *drainer {
 	return &drainer{
 		approvalWebhook:    config.ApprovalWebhook,
-		batchFirstAttempts: config.BatchFirstAttempts,
+		batchFirstAttempts: !config.DisableBatchFirstAttempts,
 		batchSize:          config.DrainBatchSize,
 		effects:            config.Effects,
 		logger:             config.Logger,
@@ -106,7 +106,9 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 			// better in River UI.
 			params = append(params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect))
 		} else {
-			params = append(params, d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect))
+			p := d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect)
+			p.InsertOpts.Metadata = workers.BatchJobMetadata(namespace, effect, len(ids))
+			params = append(params, p)
 		}
 		owners = append(owners, batches[k])
 	}

@@ -24,7 +24,9 @@ func TestReconcilerRepairsLostJobs(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	metrics := workers.NewMetrics(nil)
-	d := b.dispatcher(t, &Config{Metrics: metrics, ReconcileInterval: 100 * time.Millisecond})
+	// A job per intent, so that each way is done to one intent
+	// (TestReconcilerRepairsACancelledBatch has the batched variant).
+	d := b.dispatcher(t, &Config{DisableBatchFirstAttempts: true, Metrics: metrics, ReconcileInterval: 100 * time.Millisecond})
 
 	// One intent per way, dispatched (a job each) before River works.
 	ways := []string{"cancelled", "deleted", "discarded", "completed", "at_most_once_cancelled"}
@@ -79,6 +81,41 @@ func TestReconcilerRepairsLostJobs(t *testing.T) {
 	} {
 		require.Equal(t, want, testutil.ToFloat64(metrics.Reconciled.WithLabelValues(reason)), reason)
 	}
+}
+
+// The batched variant of TestReconcilerRepairsLostJobs: a batch cancelled
+// in River UI before it ran takes all of its intents with it, and the
+// reconciler gives each a job of its own; each succeeds with one effect.
+func TestReconcilerRepairsACancelledBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	metrics := workers.NewMetrics(nil)
+	d := b.dispatcher(t, &Config{Metrics: metrics, ReconcileInterval: 100 * time.Millisecond})
+	keys := []string{"a", "b", "c"}
+	for _, key := range keys {
+		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+	}
+	_, err := d.Drain(ctx)
+	require.NoError(t, err)
+	var batchID int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM `+b.table("river_job")+` WHERE kind = $1`, workers.IntentBatchArgs{}.Kind()).Scan(&batchID))
+	_, err = d.River().JobCancel(ctx, batchID)
+	require.NoError(t, err)
+
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
+	for _, key := range keys {
+		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		intent, err := b.client.Wait(waitCtx, "", key)
+		cancel()
+		require.NoError(t, err, key)
+		require.Equal(t, outbox.StateSucceeded, intent.State, key)
+		require.Equal(t, 1, noopEffects(t, b, intent.ProviderKey), key)
+		require.NotEqual(t, batchID, *intent.JobID, "a job of its own")
+	}
+	require.Equal(t, float64(len(keys)), testutil.ToFloat64(metrics.Reconciled.WithLabelValues(workers.ReconcileReasonJobCancelled)))
 }
 
 // A deduplicated attempt killed mid-call leaves its intent pending (it is not

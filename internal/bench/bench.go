@@ -263,8 +263,8 @@ func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect str
 		return nil, err
 	}
 	disp, err := dispatcher.New(pool, &dispatcher.Config{
-		BatchFirstAttempts: kind.BatchFirstAttempts,
-		Effects:            reg, Schema: schema, Workers: cfg.Workers,
+		DisableBatchFirstAttempts: !kind.BatchFirstAttempts,
+		Effects:                   reg, Schema: schema, Workers: cfg.Workers,
 	})
 	if err != nil {
 		return nil, err
@@ -557,8 +557,9 @@ type Kind struct {
 	// on the caller's key: the closest a River user gets to
 	// deduplication.
 	Unique bool
-	// BatchFirstAttempts, for outbox, sets dispatcher.Config's
-	// BatchFirstAttempts (the experiment; deduplicated effects only).
+	// BatchFirstAttempts, for outbox, runs first attempts in batches
+	// (dispatcher's default; deduplicated effects only). Without it the
+	// lane sets DisableBatchFirstAttempts, so that both ways are measured.
 	BatchFirstAttempts bool
 	// NoCallerTx inserts without a caller's transaction: River's Insert
 	// (which opens one of its own), outbox's Enqueue (concurrent calls

@@ -78,9 +78,9 @@ type Config struct {
 	AutoMigrate bool `env:"OUTBOX_AUTO_MIGRATE, default=false" expect:"true or false" help:"let serve apply pending migrations at start"`
 
 	// BatchFirstAttempts runs the first attempts of deduplicated effects'
-	// intents in batches, one River job a batch (dispatcher.Config's
-	// BatchFirstAttempts, an experiment). Defaults to false.
-	BatchFirstAttempts bool `env:"OUTBOX_BATCH_FIRST_ATTEMPTS, default=false" expect:"true or false" help:"experiment: run deduplicated effects' first attempts in batches, one River job a batch (docs/design.md, section 5)"`
+	// intents in batches, one River job a batch (false sets
+	// dispatcher.Config's DisableBatchFirstAttempts). Defaults to true.
+	BatchFirstAttempts bool `env:"OUTBOX_BATCH_FIRST_ATTEMPTS, default=true" expect:"true or false" help:"run deduplicated effects' first attempts in batches, one River job a batch; false gives every intent a job of its own (docs/operations.md)"`
 
 	// DatabaseURL is the Postgres connection string. Required by every
 	// command that touches the database; defaults to none.

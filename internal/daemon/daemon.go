@@ -68,9 +68,9 @@ type Config struct {
 	// mcpserver's default.
 	AutoKeyWindow time.Duration
 
-	// BatchFirstAttempts is dispatcher.Config's BatchFirstAttempts (an
-	// experiment). Defaults to false.
-	BatchFirstAttempts bool
+	// DisableBatchFirstAttempts is dispatcher.Config's: it turns off first
+	// attempts in batches. Defaults to false: batches on.
+	DisableBatchFirstAttempts bool
 
 	// EffectTimeout is one attempt's deadline. Defaults to the dispatcher's
 	// default.
@@ -190,18 +190,18 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	d.stops = append(d.stops, func(context.Context) error { d.metrics.gauges.Stop(); return nil })
 
 	if d.Dispatcher, err = dispatcher.New(pool, &dispatcher.Config{
-		ApprovalTTL:        c.ApprovalTTL,
-		ApprovalWebhook:    c.ApprovalWebhook,
-		BatchFirstAttempts: c.BatchFirstAttempts,
-		EffectTimeout:      c.EffectTimeout,
-		Effects:            c.Effects,
-		Logger:             c.Logger,
-		MaxAttempts:        c.MaxAttempts,
-		Metrics:            d.metrics.workers,
-		ReconcileInterval:  c.ReconcileInterval,
-		Retention:          c.Retention,
-		Schema:             c.Schema,
-		Workers:            c.Workers,
+		ApprovalTTL:               c.ApprovalTTL,
+		ApprovalWebhook:           c.ApprovalWebhook,
+		DisableBatchFirstAttempts: c.DisableBatchFirstAttempts,
+		EffectTimeout:             c.EffectTimeout,
+		Effects:                   c.Effects,
+		Logger:                    c.Logger,
+		MaxAttempts:               c.MaxAttempts,
+		Metrics:                   d.metrics.workers,
+		ReconcileInterval:         c.ReconcileInterval,
+		Retention:                 c.Retention,
+		Schema:                    c.Schema,
+		Workers:                   c.Workers,
 	}); err != nil {
 		return nil, err
 	}
