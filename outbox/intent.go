@@ -133,8 +133,22 @@ type Intent struct {
 	// ApprovalNote is the note given with the approval or denial.
 	ApprovalNote *string `json:"approval_note,omitempty"`
 
-	// JobID is the River job executing the intent, once dispatched.
-	JobID *int64 `json:"-"`
+	// JobID is the River job that runs the intent's attempts, or ran its
+	// last: the batch job (JobKind "outbox_intent_batch") that ran its first
+	// attempt, if that attempt ended it, else the intent's own job
+	// ("outbox_intent"), to which a batch hands an intent its first attempt
+	// did not end; the reconciler replaces a job that was lost. Open it in
+	// River UI (its job page). Earlier jobs are not kept: a batch that
+	// handed the intent over lists it in its output (handed_over_to).
+	// Null until dispatched.
+	JobID *int64 `json:"job_id"`
+	// JobKind is JobID's River kind: "outbox_intent_batch" for a batch of
+	// first attempts, "outbox_intent" for a job of the intent's own.
+	// Filled by Get, Wait and List (it is read from River's table); absent
+	// until dispatched, after River deleted the job (River keeps finished
+	// jobs for a day by default), and in the answers of Enqueue, Cancel,
+	// Resolve, Approve and Deny.
+	JobKind *string `json:"job_kind,omitempty"`
 	// LeaseExpiresAt is when the running attempt's lease ends.
 	LeaseExpiresAt *time.Time `json:"-"`
 	// MaybeSent reports whether any attempt may have reached the provider.
@@ -161,6 +175,7 @@ func intentFromRow(r *intentdb.Row) *Intent {
 		UpdatedAt:      r.UpdatedAt,
 		CompletedAt:    r.CompletedAt,
 		JobID:          r.JobID,
+		JobKind:        r.JobKind,
 		LeaseExpiresAt: r.LeaseExpiresAt,
 		MaybeSent:      r.MaybeSent,
 		ResolvedBy:     r.ResolvedBy,

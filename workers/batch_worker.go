@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // IntentBatchArgs is the River job of a batch of first attempts: intents of
@@ -32,7 +34,7 @@ func (IntentBatchArgs) Kind() string { return "outbox_intent_batch" }
 const handOverDelay = time.Second
 
 // inBatchKey marks the context of an attempt run by a batch job, whose River
-// job output is the batch's summary rather than any one intent's.
+// job output is the batch's (BatchOutput) rather than any one intent's.
 type inBatchKey struct{}
 
 // IntentBatchWorker runs a batch of first attempts, each exactly as
@@ -65,15 +67,55 @@ func NewIntentBatchWorker(pool *pgxpool.Pool, iw *IntentWorker, concurrency int)
 	return &IntentBatchWorker{intents: iw, logger: iw.logger, pool: pool, sem: make(chan struct{}, concurrency)}, nil
 }
 
-// BatchOutput is what a batch job records as its River job output.
+// BatchOutput is what a batch job records as its River job output, so that
+// River UI's page of the batch says what became of each of its intents.
 type BatchOutput struct {
 	// Ended is how many of its intents the batch left terminal.
 	Ended int `json:"ended"`
 	// HandedOver is how many went on to a job of their own.
 	HandedOver int `json:"handed_over"`
+	// Intents lists each of the batch's intents, in id order: its id and
+	// end state, never its key or arguments, which can carry personal
+	// data.
+	Intents []BatchIntentOutput `json:"intents"`
 	// Skipped is how many belonged to another job by the time it ran.
 	Skipped int `json:"skipped"`
 }
+
+// BatchIntentOutput is what a batch did with one of its intents.
+type BatchIntentOutput struct {
+	// Attempt is the intent's attempt number when the batch was done with
+	// it.
+	Attempt int `json:"attempt,omitempty"`
+	// ErrorCode is the code of the error recorded on the intent, if any.
+	ErrorCode string `json:"error_code,omitempty"`
+	// HandedOverTo is the River job of its own the intent went on to, when
+	// its first attempt did not end it.
+	HandedOverTo int64 `json:"handed_over_to,omitempty"`
+	// HandOverReason says why it was handed over: "not_begun" (the batch
+	// ran out of time, or was stopped, before its attempt began), "retry"
+	// (its attempt needs another; ErrorCode says why), "retry_after" (the
+	// provider asked to come back later) or "outcome_not_recorded" (the
+	// attempt may have reached the provider and its outcome could not be
+	// recorded, or the effect panicked: the intent is marked maybe_sent).
+	HandOverReason string `json:"hand_over_reason,omitempty"`
+	// IntentID is the intent.
+	IntentID int64 `json:"intent_id"`
+	// State is the state the batch left the intent in, read once the batch
+	// was done: terminal, or "pending" when handed over. It is "skipped"
+	// for an intent that belonged to another job by then (the reconciler
+	// re-dispatched it, or an earlier run of the batch handed it over).
+	State string `json:"state"`
+}
+
+// The reasons of BatchIntentOutput.HandOverReason.
+const (
+	handOverNotBegun           = "not_begun"
+	handOverRetry              = "retry"
+	handOverRetryAfter         = "retry_after"
+	handOverOutcomeNotRecorded = "outcome_not_recorded"
+	batchIntentSkipped         = "skipped"
+)
 
 // Timeout is the batch's River timeout: the lease of one attempt, as for a
 // job of its own. Work begins no attempt with less than an effect timeout
@@ -92,6 +134,8 @@ type handOff struct {
 	// maybeSent is set when the attempt may have reached the provider and
 	// its outcome could not be recorded.
 	maybeSent bool
+	// reason is BatchIntentOutput.HandOverReason.
+	reason string
 }
 
 // Work runs the batch's first attempts.
@@ -144,7 +188,7 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 			// intents not begun go on to jobs of their own, untouched.
 			mu.Lock()
 			for _, m := range members[i:] {
-				handOffs = append(handOffs, handOff{member: m})
+				handOffs = append(handOffs, handOff{member: m, reason: handOverNotBegun})
 			}
 			mu.Unlock()
 			break
@@ -169,14 +213,14 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 				out.Ended++
 				return
 			}
-			h := handOff{member: m, delay: handOverDelay}
+			h := handOff{member: m, delay: handOverDelay, reason: handOverRetry}
 			var snooze *river.JobSnoozeError
 			var notRecorded *OutcomeNotRecordedError
 			switch {
 			case errors.As(err, &snooze):
-				h.delay = snooze.Duration
+				h.delay, h.reason = snooze.Duration, handOverRetryAfter
 			case errors.As(err, &notRecorded):
-				h.maybeSent = true
+				h.maybeSent, h.reason = true, handOverOutcomeNotRecorded
 			}
 			handOffs = append(handOffs, h)
 		}()
@@ -187,10 +231,51 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.intents.effectTimeout)
 	defer cancel()
 	handed, err := w.handOver(hctx, job, handOffs)
-	out.HandedOver = handed
-	out.Skipped += len(handOffs) - handed
+	out.HandedOver = len(handed)
+	out.Skipped += len(handOffs) - len(handed)
+	out.Intents = w.outputLines(hctx, job, members, handOffs, handed)
 	_ = river.RecordOutput(ctx, &out)
 	return err
+}
+
+// outputLines reads the batch's intents once it is done with them, for
+// BatchOutput.Intents: one statement per batch, so that River UI shows each
+// intent's end state without a write per attempt. A failed read leaves the
+// states out (the counts stay): the output is for people, and the intents
+// themselves are safe.
+func (w *IntentBatchWorker) outputLines(ctx context.Context, job *river.Job[IntentBatchArgs], members []*intentdb.AttemptRow,
+	handOffs []handOff, handed map[int64]int64,
+) []BatchIntentOutput {
+	ids := job.Args.IntentIDs
+	states, err := w.intents.store.queries.BatchStates(ctx, w.pool, ids)
+	if err != nil {
+		w.logger.WarnContext(ctx, "error reading a batch's intents for its output",
+			slog.Int64("batch_job_id", job.ID), slog.String("error", err.Error()))
+	}
+	owned := make(map[int64]bool, len(members))
+	for _, m := range members {
+		owned[m.ID] = true
+	}
+	reasons := make(map[int64]string, len(handOffs))
+	for _, h := range handOffs {
+		reasons[h.member.ID] = h.reason
+	}
+	lines := make([]BatchIntentOutput, 0, len(ids))
+	for _, id := range slices.Sorted(slices.Values(ids)) {
+		line := BatchIntentOutput{IntentID: id, State: batchIntentSkipped}
+		if s, ok := states[id]; ok && owned[id] {
+			line.Attempt, line.ErrorCode, line.State = s.Attempt, s.ErrorCode, s.State
+		}
+		if jobID, ok := handed[id]; ok {
+			line.HandedOverTo, line.HandOverReason = jobID, reasons[id]
+		} else if _, ok := reasons[id]; ok && line.State == string(outbox.StatePending) {
+			// Not handed over, yet not ended by the batch: another job
+			// took it meanwhile (the reconciler re-dispatched it).
+			line.State = batchIntentSkipped
+		}
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // attempt runs m's attempt, holding a concurrency slot until it ends, from
@@ -217,19 +302,19 @@ var errStaleBatch = errors.New("workers: the batch is no longer running under th
 
 // handOver inserts a job of its own for each of handOffs still the batch's
 // and points the intent at it, in one transaction: the intents are then
-// their new jobs' and no longer the batch's. It returns how many it handed
-// over.
-func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentBatchArgs], handOffs []handOff) (int, error) {
+// their new jobs' and no longer the batch's. It returns the new jobs' ids
+// by intent id.
+func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentBatchArgs], handOffs []handOff) (map[int64]int64, error) {
 	if len(handOffs) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("error handing intents over: %w", err)
+		return nil, fmt.Errorf("error handing intents over: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
@@ -239,13 +324,13 @@ func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentB
 	}
 	current, owned, err := w.intents.store.queries.LockBatchForHandOver(ctx, tx, ids, job.ID, job.Attempt)
 	if err != nil {
-		return 0, fmt.Errorf("error handing intents over: %w", err)
+		return nil, fmt.Errorf("error handing intents over: %w", err)
 	}
 	if !current {
-		return 0, errStaleBatch
+		return nil, errStaleBatch
 	}
 	if len(owned) == 0 {
-		return 0, nil // terminal, or re-dispatched by the reconciler
+		return nil, nil // terminal, or re-dispatched by the reconciler
 	}
 	byID := make(map[int64]handOff, len(handOffs))
 	for _, h := range handOffs {
@@ -266,35 +351,50 @@ func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentB
 	}
 	results, err := client.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return 0, fmt.Errorf("error inserting the jobs of handed-over intents: %w", err)
+		return nil, fmt.Errorf("error inserting the jobs of handed-over intents: %w", err)
 	}
 	jobIDs := make([]int64, len(results))
 	for i, r := range results {
 		// Matched by args, as the drain does, not by the results' order.
 		var args IntentArgs
 		if err := json.Unmarshal(r.Job.EncodedArgs, &args); err != nil || args.IntentID != owned[i] {
-			return 0, fmt.Errorf("River returned the job of intent %d at the position of %d", args.IntentID, owned[i])
+			return nil, fmt.Errorf("River returned the job of intent %d at the position of %d", args.IntentID, owned[i])
 		}
 		jobIDs[i] = r.Job.ID
 	}
 	if err := w.intents.store.queries.HandOver(ctx, tx, owned, jobIDs, maybeSent); err != nil {
-		return 0, fmt.Errorf("error handing intents over: %w", err)
+		return nil, fmt.Errorf("error handing intents over: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("error handing intents over: %w", err)
+		return nil, fmt.Errorf("error handing intents over: %w", err)
 	}
 	w.logger.DebugContext(ctx, "intents handed over from their batch to jobs of their own",
 		slog.Int64("batch_job_id", job.ID), slog.Int("count", len(owned)))
-	return len(owned), nil
+	handed := make(map[int64]int64, len(owned))
+	for i, id := range owned {
+		handed[id] = jobIDs[i]
+	}
+	return handed, nil
 }
 
 // JobMetadata is an intent job's River metadata: whose intent, of which
 // effect, so that River UI shows it without leaving. Never the key or the
 // arguments, which can carry personal data.
 func JobMetadata(namespace, effect string) []byte {
-	b, _ := json.Marshal(struct { //nolint:errchkjson // two strings always encode
-		Effect    string `json:"effect"`
-		Namespace string `json:"namespace"`
-	}{effect, namespace})
+	b, _ := json.Marshal(jobMetadata{Effect: effect, Namespace: namespace}) //nolint:errchkjson // strings and an int always encode
 	return b
+}
+
+// BatchJobMetadata is a batch job's River metadata: JobMetadata and how
+// many intents the batch holds, so that River UI's list of jobs tells a
+// batch of 300 from one of 2 without opening either.
+func BatchJobMetadata(namespace, effect string, size int) []byte {
+	b, _ := json.Marshal(jobMetadata{BatchSize: size, Effect: effect, Namespace: namespace}) //nolint:errchkjson // strings and an int always encode
+	return b
+}
+
+type jobMetadata struct {
+	BatchSize int    `json:"batch_size,omitempty"`
+	Effect    string `json:"effect"`
+	Namespace string `json:"namespace"`
 }

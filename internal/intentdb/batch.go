@@ -35,6 +35,10 @@ func (q *Queries) renderBatch(r func(string) string) {
 	// maybe_sent: its finish recorded it, or, when the outcome could not be
 	// recorded, the handover does, and counts the attempt, as the
 	// lost-attempt rule counts an attempt that died.
+	// A batch's output lists its intents as it left them: read once, at
+	// its end, rather than collected from its attempts.
+	q.sqlBatchStates = r(`SELECT id, state, attempt, coalesce(error->>'code', '') FROM {{schema}}.outbox_intent
+		WHERE id = ANY($1::bigint[])`)
 	q.sqlHandOver = r(`UPDATE {{schema}}.outbox_intent t
 		SET job_id = u.job_id, job_attempt = 0, maybe_sent = t.maybe_sent OR u.maybe_sent,
 		    attempt = t.attempt + CASE WHEN u.maybe_sent THEN 1 ELSE 0 END
@@ -73,4 +77,26 @@ func (q *Queries) LockBatchForHandOver(ctx context.Context, tx pgx.Tx, ids []int
 func (q *Queries) HandOver(ctx context.Context, tx pgx.Tx, ids, jobIDs []int64, maybeSent []bool) error {
 	_, err := tx.Exec(ctx, q.sqlHandOver, ids, jobIDs, maybeSent)
 	return err
+}
+
+// BatchState is an intent's state as a batch's output lists it.
+type BatchState struct {
+	Attempt   int
+	ErrorCode string
+	State     string
+}
+
+// BatchStates reads the states of those of ids that exist, by id.
+func (q *Queries) BatchStates(ctx context.Context, db Querier, ids []int64) (map[int64]BatchState, error) {
+	rows, _ := db.Query(ctx, q.sqlBatchStates, ids)
+	out := make(map[int64]BatchState, len(ids))
+	var (
+		id int64
+		s  BatchState
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &s.State, &s.Attempt, &s.ErrorCode}, func() error {
+		out[id] = s
+		return nil
+	})
+	return out, err
 }

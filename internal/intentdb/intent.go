@@ -64,6 +64,11 @@ type Row struct {
 	DeniedBy       *string
 	DeniedAt       *time.Time
 	ApprovalNote   *string
+
+	// JobKind is the kind of JobID's River job, read by Get and List only
+	// (the other statements leave it nil): nil too when River has deleted
+	// the job.
+	JobKind *string
 }
 
 // rowColumns lists the columns scanRow reads, in its order.

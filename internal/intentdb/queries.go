@@ -27,7 +27,7 @@ type Queries struct {
 	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                   string
 	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
 	sqlRulesDelete, sqlRulesInsert, sqlRules                                                  string
-	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlHandOver                                 string
+	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                 string
 }
 
 // New returns the statements of schema, rendered once.
@@ -151,8 +151,11 @@ func (q *Queries) renderClient(r func(string) string) {
 			FROM input JOIN {{schema}}.outbox_intent i ON i.namespace = input.namespace AND i.key = input.key
 			WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.namespace = input.namespace AND ins.key = input.key)
 		) t, (SELECT count(*) FROM notified) n`)
-	q.sqlGet = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent WHERE namespace = $1 AND key = $2`)
-	q.sqlList = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent
+	// The reads of whole intents also name the kind of the intent's River
+	// job, so that an operator can tell a batch from a job of its own
+	// (Row.JobKind): one look-up by primary key per intent.
+	q.sqlGet = r(`SELECT {{columns}}, ` + jobKind + ` FROM {{schema}}.outbox_intent i WHERE namespace = $1 AND key = $2`)
+	q.sqlList = r(`SELECT {{columns}}, ` + jobKind + ` FROM {{schema}}.outbox_intent i
 		WHERE namespace = $1
 		  AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
 		  AND ($3::text = '' OR effect = $3::text)
@@ -442,8 +445,18 @@ func collectMany(rows pgx.Rows, err error) func(n int, scan func(pgx.Row, ...any
 
 // Get returns the intent (namespace, key), or pgx.ErrNoRows.
 func (q *Queries) Get(ctx context.Context, db Querier, namespace, key string) (*Row, error) {
-	return scanRow(db.QueryRow(ctx, q.sqlGet, namespace, key))
+	var kind *string
+	r, err := scanRow(db.QueryRow(ctx, q.sqlGet, namespace, key), &kind)
+	if err != nil {
+		return nil, err
+	}
+	r.JobKind = kind
+	return r, nil
 }
+
+// jobKind is the kind of an intent's River job (outbox_intent i), NULL
+// when it has none or River deleted it.
+const jobKind = `(SELECT j.kind FROM {{schema}}.river_job j WHERE j.id = i.job_id)`
 
 // ListParams filters List. Zero values do not filter.
 type ListParams struct {
@@ -462,7 +475,15 @@ func (q *Queries) List(ctx context.Context, db Querier, p *ListParams) ([]*Row, 
 		states = []string{}
 	}
 	rows, _ := db.Query(ctx, q.sqlList, p.Namespace, states, p.Effect, p.BeforeID, p.Limit)
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Row, error) { return scanRow(row) })
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Row, error) {
+		var kind *string
+		r, err := scanRow(row, &kind)
+		if err != nil {
+			return nil, err
+		}
+		r.JobKind = kind
+		return r, nil
+	})
 }
 
 // Cancel moves a pending intent that no attempt may have reached the

@@ -29,6 +29,8 @@ func intentProperties() map[string]*jsonschema.Schema {
 		"created_at":   {Type: "string", Format: "date-time"},
 		"updated_at":   {Type: "string", Format: "date-time"},
 		"completed_at": {Types: []string{"string", "null"}, Description: "When the intent became final, else null."},
+		"job_id":       {Types: []string{"integer", "null"}, Description: "The River job that runs the intent's attempts, or ran its last (a batch of first attempts, or the intent's own job), for an operator's River UI; null until dispatched."},
+		"job_kind":     {Type: "string", Enum: []any{"outbox_intent", "outbox_intent_batch"}, Description: "job_id's River kind: outbox_intent_batch for a batch of first attempts; absent when unknown."},
 	}
 }
 
