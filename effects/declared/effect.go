@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/internal/httpsend"
@@ -158,32 +161,20 @@ func argError(verr *jsonschema.ValidationError) *effects.ArgError {
 		}
 		field.WriteString(seg)
 	}
-	msg := verr.ErrorKind.LocalizedString(nil)
-	if missing, ok := verr.ErrorKind.(interface{ KeywordPath() []string }); ok && len(missing.KeywordPath()) > 0 && missing.KeywordPath()[0] == "required" {
-		// "missing property 'x'" names the field in its message: say it
-		// as the field.
-		if name := quoted(msg); name != "" {
-			if field.Len() > 0 {
-				field.WriteByte('.')
-			}
-			field.WriteString(name)
-			msg = "is required"
+	msg := verr.ErrorKind.LocalizedString(englishPrinter)
+	if req, ok := verr.ErrorKind.(*kind.Required); ok && len(req.Missing) > 0 {
+		// The schema's error is on the object; the caller's is the
+		// missing member.
+		if field.Len() > 0 {
+			field.WriteByte('.')
 		}
+		field.WriteString(req.Missing[0])
+		msg = "is required"
 	}
 	return &effects.ArgError{Field: field.String(), Message: msg}
 }
 
-func quoted(s string) string {
-	_, rest, ok := strings.Cut(s, "'")
-	if !ok {
-		return ""
-	}
-	name, _, ok := strings.Cut(rest, "'")
-	if !ok || strings.Contains(rest[len(name)+1:], "'") {
-		return ""
-	}
-	return name
-}
+var englishPrinter = message.NewPrinter(language.English)
 
 // attempt is one attempt's values.
 type attempt struct {

@@ -95,6 +95,7 @@ var commands = []struct {
 	{"enqueue", "record an intent", (*app).enqueue},
 	{"intents", "list, show, cancel or resolve intents", (*app).intents},
 	{"mcp", "serve MCP (the agents' tools) on stdio", (*app).mcp},
+	{"effects", "check a file of declared HTTP effects, or list the effects enabled", (*app).effects},
 	{"demo", "tell the story outbox exists for, with real calls, then serve", (*app).demo},
 	{"bench", "measure outbox against plain River on DATABASE_URL", (*app).bench},
 	{"version", "print the version", (*app).version},

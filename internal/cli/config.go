@@ -90,6 +90,11 @@ type Config struct {
 	// lease. Defaults to 30s.
 	EffectTimeout time.Duration `env:"OUTBOX_EFFECT_TIMEOUT, default=30s" expect:"a positive duration such as 30s" help:"one attempt's deadline; also the claim lease"`
 
+	// EffectsFile is a file of declared HTTP effects (docs/effects.md,
+	// "Declaring an HTTP effect"), loaded by serve, mcp, enqueue and demo.
+	// Defaults to none.
+	EffectsFile string `env:"OUTBOX_EFFECTS_FILE" expect:"a readable YAML or JSON file of declared effects" help:"declared HTTP effects (docs/effects.md); outboxd effects check FILE validates one"`
+
 	// HTTPAddr is serve's listen address. Defaults to 127.0.0.1:8080.
 	HTTPAddr string `env:"OUTBOX_HTTP_ADDR, default=127.0.0.1:8080" expect:"a listen address host:port such as 127.0.0.1:8080" help:"serve's listen address (port 0 picks a free port)"`
 
@@ -206,6 +211,10 @@ type Config struct {
 	// ZendeskURL is the Zendesk account, such as https://acme.zendesk.com;
 	// setting it enables ticket. Defaults to none.
 	ZendeskURL string `env:"OUTBOX_ZENDESK_URL" expect:"an http or https URL such as https://acme.zendesk.com" help:"Zendesk account URL; enables the ticket effect"`
+
+	// lookuper is where the configuration was read from: declared effects
+	// read their {env.*} variables from it too.
+	lookuper envconfig.Lookuper
 }
 
 // workersMax bounds OUTBOX_WORKERS, and so serve's pool size.
@@ -254,6 +263,7 @@ func loadConfig(ctx context.Context, lookuper envconfig.Lookuper) (*Config, erro
 	if err := cfg.validate(lookuper); err != nil {
 		return nil, err
 	}
+	cfg.lookuper = lookuper
 	return &cfg, nil
 }
 
@@ -293,6 +303,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"AutoKeyWindow", c.AutoKeyWindow > 0},
 		{"DatabaseURL", c.DatabaseURL == "" || validDatabaseURL(c.DatabaseURL)},
 		{"EffectTimeout", c.EffectTimeout > 0},
+		{"EffectsFile", c.EffectsFile == "" || readableFile(c.EffectsFile)},
 		{"HTTPAddr", validAddr(c.HTTPAddr)},
 		{"AdminAddr", c.AdminAddr == "" || validAddr(c.AdminAddr)},
 		{"TLSCertFile", c.TLSCertFile == "" || readableFile(c.TLSCertFile)},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 
@@ -11,10 +12,12 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/charge"
+	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/effects/email"
 	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/effects/ticket"
 	"github.com/outbox-dev/outbox/effects/webhook"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 )
 
@@ -235,7 +238,51 @@ func buildRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger, s *prov
 			enabled = append(enabled, effect)
 		}
 	}
+	declaredEffects, err := loadDeclared(cfg, cfg.EffectsFile, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range declaredEffects {
+		enabled = append(enabled, e)
+	}
 	return effects.NewRegistry(enabled...)
+}
+
+// builtinNames are the names and MCP tools a declared effect may not take.
+func builtinNames() (effectNames, toolNames []string) {
+	effectNames = []string{charge.Name, email.Name, ticket.Name, webhook.Name}
+	for _, sb := range sandboxEffects {
+		effectNames = append(effectNames, sb.name)
+	}
+	for _, t := range mcpserver.EffectTools() {
+		toolNames = append(toolNames, t.Name)
+	}
+	return effectNames, append(toolNames, mcpserver.ReadToolNames()...)
+}
+
+// loadDeclared loads the declared effects of file (none when file is
+// empty). In the sandbox (and so the demo) a declared effect is sent only
+// to a loopback host. noEnv skips the {env.*} variables (effects check
+// --no-env). onRuleError counts outcome rules that fail to evaluate.
+func loadDeclared(cfg *Config, file string, noEnv bool, onRuleError func(string)) ([]*declared.Effect, error) {
+	if file == "" {
+		return nil, nil
+	}
+	reserved, reservedTools := builtinNames()
+	lookupEnv := func(name string) (string, bool) { return os.LookupEnv(name) }
+	if cfg.lookuper != nil {
+		lookupEnv = cfg.lookuper.Lookup
+	}
+	return declared.Load(file, &declared.Config{
+		EffectTimeout: cfg.EffectTimeout,
+		LookupEnv:     lookupEnv,
+		LoopbackOnly:  cfg.Sandbox,
+		NoEnv:         noEnv,
+		OnRuleError:   onRuleError,
+		Reserved:      reserved,
+		ReservedTools: reservedTools,
+		Retention:     cfg.Retention,
+	})
 }
 
 // logProviders says where each provider effect sends, never with a secret:
@@ -251,6 +298,16 @@ func logProviders(logger *slog.Logger, registry *effects.Registry, s *providerSe
 	}
 	if _, ok := registry.Get(ticket.Name); ok {
 		logger.Info("provider configured", slog.String("effect", ticket.Name), slog.String("url", redactURL(s.zendeskURL)))
+	}
+	for _, name := range registry.Names() {
+		if e, ok := registry.Get(name); ok {
+			if d, ok := e.(*declared.Effect); ok {
+				// The URL's template, never the URL: its query may hold a
+				// secret.
+				logger.Info("provider configured", slog.String("effect", name), slog.String("declared", "OUTBOX_EFFECTS_FILE"),
+					slog.String("guarantee", string(d.Guarantee())), slog.String("url", d.URLTemplate()))
+			}
+		}
 	}
 	if e, ok := registry.Get(webhook.Name); ok {
 		var names []string

@@ -17,6 +17,9 @@ type effectInfo struct {
 	// DedupeWindowSeconds is the provider's dedupe window, for a
 	// deduplicated effect.
 	DedupeWindowSeconds *int64 `json:"dedupe_window_seconds"`
+	// Description says what the effect does, for a declared effect (its
+	// file's description); empty for the built-ins, whose MCP tools say it.
+	Description string `json:"description,omitempty"`
 	// Guarantee is the effect's guarantee; for an effect whose guarantee
 	// depends on its arguments (a webhook), the weakest it can have, with
 	// GuaranteeDependsOnArgs set.
@@ -56,6 +59,9 @@ func newEffectsAnswer(registry *effects.Registry, tools []*mcpserver.EffectTool)
 		}
 		if _, ok := e.(effects.ArgsGuaranteer); ok {
 			info.GuaranteeDependsOnArgs = true
+		}
+		if d, ok := e.(interface{ Description() string }); ok {
+			info.Description = d.Description()
 		}
 		if info.Guarantee == effects.GuaranteeDeduplicated || info.GuaranteeDependsOnArgs {
 			seconds := int64(effects.DedupeWindow(e).Seconds())

@@ -55,7 +55,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// MCPTools are /mcp's mutating tools. Defaults to
-	// mcpserver.EffectTools().
+	// mcpserver.ToolsFor(the client's effects).
 	MCPTools []*mcpserver.EffectTool
 
 	// ModelKeyGuard is what /mcp's tools, and enqueues sent with
@@ -187,7 +187,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 
 	tools := config.MCPTools
 	if tools == nil {
-		tools = mcpserver.EffectTools()
+		if tools, err = mcpserver.ToolsFor(client.Effects()); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
 	}
 	if h.effects, err = newEffectsAnswer(client.Effects(), tools); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)

@@ -1,11 +1,13 @@
 package mcpserver
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -37,6 +39,40 @@ type EffectTool struct {
 	// refuse. It returns an *outbox.Error naming the field. Defaults to
 	// none.
 	ValidateFunc func(args map[string]any) error
+}
+
+// describedEffect is an effect that describes its own tool: a declared
+// HTTP effect (effects/declared), whose file holds the tool's name, its
+// description and the args' JSON Schema.
+type describedEffect interface {
+	Tool() string
+	Description() string
+	ArgsSchema() json.RawMessage
+}
+
+// ToolsFor returns EffectTools() and a tool for each effect of registry that
+// describes its own (a declared effect): the same kind of tool, with the
+// same annotations, key policy and answers as the built-ins'.
+func ToolsFor(registry *effects.Registry) ([]*EffectTool, error) {
+	tools := EffectTools()
+	for _, name := range registry.Names() {
+		e, _ := registry.Get(name)
+		d, ok := e.(describedEffect)
+		if !ok {
+			continue
+		}
+		var schema jsonschema.Schema
+		if err := json.Unmarshal(d.ArgsSchema(), &schema); err != nil {
+			return nil, fmt.Errorf("mcpserver: effect %s: its args schema is not one the MCP SDK reads: %w", name, err)
+		}
+		tools = append(tools, &EffectTool{
+			Name:        d.Tool(),
+			Effect:      name,
+			Description: d.Description() + "\n\nThe action is recorded as an intent and carried out by a worker: the answer comes at once, usually in state \"pending\". Call get_intent with wait_seconds to learn the outcome." + keyAdvice,
+			InputSchema: &schema,
+		})
+	}
+	return tools, nil
 }
 
 // requireOneOf is a ValidateFunc requiring at least one of the fields.
@@ -218,3 +254,7 @@ func addresses(description string, minItems int) *jsonschema.Schema {
 func falseSchema() *jsonschema.Schema { return &jsonschema.Schema{Not: &jsonschema.Schema{}} }
 
 func ptr[T any](v T) *T { return &v }
+
+// ReadToolNames are the names of the read-only tools every server lists,
+// which no effect tool may take.
+func ReadToolNames() []string { return []string{toolGetIntent, toolListIntents} }

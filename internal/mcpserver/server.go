@@ -80,7 +80,8 @@ type Config struct {
 	RateLimitFunc func(name string) (wait time.Duration, ok bool)
 
 	// Tools are the mutating tools; those whose effect the client's registry
-	// does not enable are not listed. Defaults to EffectTools().
+	// does not enable are not listed. Defaults to ToolsFor(the client's
+	// effects): the built-ins' tools and the declared effects'.
 	Tools []*EffectTool
 
 	// Version is the server's version in MCP's initialize answer. Defaults
@@ -158,7 +159,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	s.guard = guard
 	tools := config.Tools
 	if tools == nil {
-		tools = EffectTools()
+		if tools, err = ToolsFor(client.Effects()); err != nil {
+			return nil, err
+		}
 	}
 	version := config.Version
 	if version == "" {

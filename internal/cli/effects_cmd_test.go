@@ -1,0 +1,88 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const declaredFile = `effects:
+  refund:
+    preset: stripe.refund
+  ping:
+    description: Ping a service once.
+    guarantee: at_most_once
+    args: {type: object, properties: {note: {type: string}}}
+    request:
+      url: "{env.PING_URL}/ping?token={env.PING_TOKEN}"
+      body: {note: "{args.note}"}
+`
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
+}
+
+func TestEffectsCommands(t *testing.T) {
+	t.Parallel()
+
+	file := writeFile(t, "effects.yaml", declaredFile)
+	env := map[string]string{"STRIPE_KEY": "sk_live_do_not_print", "PING_URL": "http://127.0.0.1:9", "PING_TOKEN": "tok_do_not_print"}
+
+	t.Run("CheckPrintsToolsAndSchemasWithoutSecrets", func(t *testing.T) {
+		t.Parallel()
+		res := runEnv(t, env, nil, "effects", "check", file)
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Contains(t, res.stdout, `"tool": "refund_payment"`)
+		require.Contains(t, res.stdout, `"url": "{env.PING_URL}/ping?token={env.PING_TOKEN}"`)
+		require.Contains(t, res.stdout, "2 effects, valid")
+		require.NotContains(t, res.stdout+res.stderr, "do_not_print")
+	})
+	t.Run("CheckRefusesNamingFileEffectAndField", func(t *testing.T) {
+		t.Parallel()
+		broken := writeFile(t, "broken.yaml", strings.Replace(declaredFile, "guarantee: at_most_once", "guarantee: deduplicated", 1))
+		res := runEnv(t, env, nil, "effects", "check", broken)
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "broken.yaml:5: effect ping: dedupe_window: required")
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(res.stderr), "\n")+1, "one line: %s", res.stderr)
+	})
+	t.Run("CheckWithoutEnv", func(t *testing.T) {
+		t.Parallel()
+		res := runEnv(t, map[string]string{}, nil, "effects", "check", file)
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "the environment variable")
+		res = runEnv(t, map[string]string{}, nil, "effects", "check", "--no-env", file)
+		require.Equal(t, 0, res.code, res.stderr)
+	})
+	t.Run("ListShowsBuiltInAndDeclared", func(t *testing.T) {
+		t.Parallel()
+		res := runEnv(t, with(env, "OUTBOX_EFFECTS_FILE", file, "OUTBOX_STRIPE_KEY", "sk_test_x"), nil, "effects", "list", "--json")
+		require.Equal(t, 0, res.code, res.stderr)
+		var out struct {
+			Effects []struct{ Name, Guarantee, Tool, Source string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &out))
+		got := map[string]string{}
+		for _, e := range out.Effects {
+			got[e.Name] = e.Source + " " + e.Guarantee + " " + e.Tool
+		}
+		require.Equal(t, map[string]string{
+			"charge": "built-in deduplicated charge_card",
+			"refund": "declared deduplicated refund_payment",
+			"ping":   "declared at_most_once ping",
+		}, got)
+	})
+	t.Run("BadFileStopsAtStart", func(t *testing.T) {
+		t.Parallel()
+		broken := writeFile(t, "broken.yaml", "effects:\n  ping: {guarantee: at_most_once}\n")
+		res := runEnv(t, with(env, "OUTBOX_EFFECTS_FILE", broken), nil, "effects", "list")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "broken.yaml:2: effect ping: description: required")
+	})
+}
