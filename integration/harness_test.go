@@ -91,8 +91,9 @@ func baseVars(t testing.TB, schema string) []string {
 		"OUTBOX_EFFECT_TIMEOUT=1s",
 		"OUTBOX_WORKERS=10",
 	}
-	// Passed through, so that the whole suite can run with the experiment
-	// on: OUTBOX_BATCH_FIRST_ATTEMPTS=true go test ./integration.
+	// Passed through, so that the whole suite can also run without first
+	// attempts in batches (on by default, as for every test here):
+	// OUTBOX_BATCH_FIRST_ATTEMPTS=false go test ./integration.
 	if v, ok := os.LookupEnv("OUTBOX_BATCH_FIRST_ATTEMPTS"); ok {
 		vars = append(vars, "OUTBOX_BATCH_FIRST_ATTEMPTS="+v)
 	}

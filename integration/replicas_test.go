@@ -15,21 +15,22 @@ import (
 )
 
 // three serve replicas share one database while one of them, at
-// random, is killed with SIGKILL and restarted every couple of seconds. The
-// effect is reconcilable and its stand-in does not dedupe, so an intent
-// executed twice would show as two effects.
+// random, is killed with SIGKILL and restarted every couple of seconds.
+// The effect is deduplicated, so that, with first attempts in batches (the
+// default), its intents go in batches and kills land while batches run:
+// every intent must still end succeeded, its effect made once at the
+// provider (which dedupes on the provider key).
 func TestReplicasWithRandomKills(t *testing.T) {
 	t.Parallel()
-	replicasWithRandomKills(t, false)
+	replicasWithRandomKills(t, true)
 }
 
-// The same with first attempts in batches (OUTBOX_BATCH_FIRST_ATTEMPTS) and
-// a deduplicated effect, whose intents go in batches: kills land while
-// batches run, and every intent must still end succeeded, its effect made
-// once at the provider (which dedupes on the provider key).
-func TestReplicasWithRandomKillsBatched(t *testing.T) {
+// The same without batches (OUTBOX_BATCH_FIRST_ATTEMPTS=false), with a
+// reconcilable effect whose stand-in does not dedupe, so that an intent
+// executed twice would show as two effects.
+func TestReplicasWithRandomKillsJobPerIntent(t *testing.T) {
 	t.Parallel()
-	replicasWithRandomKills(t, true)
+	replicasWithRandomKills(t, false)
 }
 
 func replicasWithRandomKills(t *testing.T, batched bool) {
@@ -41,8 +42,8 @@ func replicasWithRandomKills(t *testing.T, batched bool) {
 	// With the reconciler on, and often, so that its repairs (if any) are
 	// part of the run.
 	extra := []string{"OUTBOX_RECONCILE_INTERVAL=2s"}
-	if batched {
-		extra = append(extra, "OUTBOX_BATCH_FIRST_ATTEMPTS=true")
+	if !batched {
+		extra = append(extra, "OUTBOX_BATCH_FIRST_ATTEMPTS=false")
 	}
 	e := newEnv(t, extra...)
 	replicas := []*process{e.serve(), e.serve(), e.serve()}
