@@ -24,6 +24,8 @@ test:
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	go vet ./...
+	@if [ -d examples/typescript/node_modules ]; then cd examples/typescript && npx --no -- tsc --noEmit --project .; \
+	else echo "examples/typescript not type-checked: npm ci there first"; fi
 
 # Plain River against outbox, side by side, on DATABASE_URL.
 bench:

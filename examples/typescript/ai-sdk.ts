@@ -8,10 +8,18 @@ import { generateText, stepCountIs } from "ai";
 import { experimental_createMCPClient as createMCPClient } from "@ai-sdk/mcp";
 import { MockLanguageModelV2 } from "ai/test";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { z } from "zod";
 import { OUTBOX_URL, authHeaders, charge, report } from "./outbox.ts";
 
 const key = `order-${process.env.EXAMPLE_RUN ?? Date.now()}/ai-sdk-charge`;
 const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
+
+// What this example reads of the intents in the tools' structuredContent:
+// charge_card's answer (a step's tool output, which the SDK types unknown),
+// and get_intent's once the outcome is known.
+const chargeAnswer = z.object({ id: z.number(), duplicate: z.boolean(), state: z.string() });
+const chargeOutput = z.object({ structuredContent: chargeAnswer });
+const finalAnswer = z.object({ state: z.string(), result: z.unknown() });
 
 // The model: first a tool call, then, once it has the tool's answer, a reply.
 function scriptedModel() {
@@ -37,27 +45,26 @@ const mcp = await createMCPClient({
 });
 try {
   const tools = await mcp.tools();
-  const answers: Array<{ id: number; duplicate: boolean; state: string }> = [];
+  const answers: Array<z.infer<typeof chargeAnswer>> = [];
   // The step, and the framework's retry of it after a client timeout.
   for (let run = 0; run < 2; run++) {
     const result = await generateText({ model: scriptedModel(), tools, stopWhen: stepCountIs(3), prompt: "Charge the customer for order 42." });
     for (const step of result.steps) {
       for (const toolResult of step.toolResults) {
-        const output = toolResult.output as { structuredContent?: { id: number; duplicate: boolean; state: string } };
-        if (output.structuredContent) answers.push(output.structuredContent);
+        if (toolResult.toolName === "charge_card") answers.push(chargeOutput.parse(toolResult.output).structuredContent);
       }
     }
   }
   // get_intent waits for the outcome, as an agent would.
-  const final = (await tools.get_intent.execute!({ key, wait_seconds: 30 }, { toolCallId: "wait", messages: [] })) as {
-    structuredContent: { state: string; result: unknown };
-  };
+  const output = await tools.get_intent.execute({ key, wait_seconds: 30 }, { toolCallId: "wait", messages: [] });
+  if (Symbol.asyncIterator in output) throw new Error("get_intent answered with a stream");
+  const final = finalAnswer.parse(output.structuredContent);
   report({
     example: "ai-sdk",
     intent_ids: answers.map((a) => a.id),
     duplicates: answers.map((a) => a.duplicate),
-    state: final.structuredContent.state,
-    result: final.structuredContent.result,
+    state: final.state,
+    result: final.result,
   });
 } finally {
   await mcp.close();

@@ -51,8 +51,9 @@ try {
       answers.push(JSON.parse(extractJSON(text)));
     }
   }
-  const final = await server.callTool("get_intent", { key, wait_seconds: 30 });
-  const intent = JSON.parse((final[0] as { text: string }).text);
+  const [first] = await server.callTool("get_intent", { key, wait_seconds: 30 });
+  if (first?.type !== "text" || typeof first.text !== "string") throw new Error(`unexpected get_intent answer: ${JSON.stringify(first)}`);
+  const intent = JSON.parse(first.text);
   report({
     example: "openai-agents",
     intent_ids: answers.map((a) => a.id),
