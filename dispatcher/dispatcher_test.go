@@ -532,12 +532,14 @@ func TestBatchFirstAttempts(t *testing.T) {
 				require.Equal(t, 1, got.Attempts, got.Key)
 				require.Equal(t, string(outbox.StateSucceeded), line.State, got.Key)
 				require.Equal(t, line.BatchJobID, *got.JobID, got.Key)
+				require.Equal(t, batchKind, *got.JobKind, "Get names the job's kind")
 				require.NotContains(t, got.Key, "fail", "a failed attempt leaves its batch")
 				stayed++
 				continue
 			}
 			// Left it: the job of its own the batch names, and why.
 			require.Equal(t, line.HandedOverTo, *got.JobID, got.Key)
+			require.Equal(t, "outbox_intent", *got.JobKind, got.Key)
 			require.Equal(t, 1, b.scalar(t, fmt.Sprintf(`SELECT count(*) FROM %s WHERE id = %d AND kind = 'outbox_intent'`, b.table("river_job"), *got.JobID)), got.Key)
 			require.Equal(t, string(outbox.StatePending), line.State, got.Key)
 			require.Contains(t, []string{"not_begun", "retry"}, line.HandOverReason, got.Key)
