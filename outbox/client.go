@@ -137,7 +137,14 @@ type EnqueueParams struct {
 	KeySource KeySource
 	// Namespace is the tenant. Defaults to NamespaceDefault.
 	Namespace string
-	// RequestedBy optionally names who asked. Defaults to none.
+	// EnqueuedBy names, for the record, who enqueues from the credentials
+	// the request came with: an audit actor of internal/access ("api:" and
+	// an API token's fingerprint, "cli:" and a user). outboxd's HTTP API,
+	// MCP server and command line set it; unlike RequestedBy it is not the
+	// client's to say. Defaults to none.
+	EnqueuedBy string
+	// RequestedBy optionally names who asked: the client's own label.
+	// Defaults to none.
 	RequestedBy string
 	// RequireApproval records the intent as awaiting_approval: nothing runs
 	// until an operator approves it (Approve). Approval rules apply whether
@@ -199,6 +206,10 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 	if p.RequestedBy != "" {
 		rb := p.RequestedBy
 		out.RequestedBy = &rb
+	}
+	if p.EnqueuedBy != "" {
+		eb := p.EnqueuedBy
+		out.EnqueuedBy = &eb
 	}
 
 	effect, known := c.effects.Get(p.Effect)

@@ -99,8 +99,14 @@ type Intent struct {
 	// ProviderKey is the key sent to the provider, derived from
 	// (Namespace, Key) and free of both.
 	ProviderKey string `json:"provider_key"`
-	// RequestedBy optionally names who asked (an agent, a user).
+	// RequestedBy optionally names who asked (an agent, a user), as the
+	// client said.
 	RequestedBy *string `json:"requested_by"`
+	// EnqueuedBy names who enqueued it, from the credentials the enqueue
+	// came with ("api:" and an API token's fingerprint, "cli:" and the
+	// command line's user); absent for an intent enqueued through the
+	// library or SQL.
+	EnqueuedBy *string `json:"enqueued_by,omitempty"`
 	// KeySource says whether the key was given or derived.
 	KeySource KeySource `json:"key_source"`
 	// CreatedAt is when the intent was first enqueued.
@@ -170,6 +176,7 @@ func intentFromRow(r *intentdb.Row) *Intent {
 		Error:          (*IntentError)(r.Error),
 		ProviderKey:    r.ProviderKey,
 		RequestedBy:    r.RequestedBy,
+		EnqueuedBy:     r.EnqueuedBy,
 		KeySource:      KeySource(r.KeySource),
 		CreatedAt:      r.CreatedAt,
 		UpdatedAt:      r.UpdatedAt,

@@ -20,6 +20,7 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/outbox-dev/outbox/effects/webhook"
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -206,7 +207,7 @@ type Config struct {
 	ZendeskToken string `env:"OUTBOX_ZENDESK_TOKEN" secret:"true" expect:"a Zendesk API token" help:"Zendesk API token (required with OUTBOX_ZENDESK_URL)"`
 
 	// tokens are APITokens and APITokensFile's entries, parsed.
-	tokens []httpapi.Token
+	tokens []access.Token
 
 	// ZendeskURL is the Zendesk account, such as https://acme.zendesk.com;
 	// setting it enables ticket. Defaults to none.
@@ -447,7 +448,7 @@ func envDefault(field string) string {
 func (c *Config) loadTokens() error {
 	c.tokens = nil
 	if c.APITokens != "" {
-		tokens, err := httpapi.ParseTokens(c.APITokens)
+		tokens, err := access.ParseTokens(c.APITokens)
 		if err != nil {
 			return &ConfigError{Var: envName("APITokens"), Message: err.Error()}
 		}
@@ -458,7 +459,7 @@ func (c *Config) loadTokens() error {
 		if err != nil {
 			return &ConfigError{Var: envName("APITokensFile"), Message: "cannot read the file: " + err.Error()}
 		}
-		tokens, err := httpapi.ParseTokenFile(string(b))
+		tokens, err := access.ParseTokenFile(string(b))
 		if err != nil {
 			return &ConfigError{Var: envName("APITokensFile"), Message: err.Error()}
 		}
@@ -469,7 +470,7 @@ func (c *Config) loadTokens() error {
 
 // Tokens returns the API tokens of OUTBOX_API_TOKENS and
 // OUTBOX_API_TOKENS_FILE.
-func (c *Config) Tokens() []httpapi.Token { return c.tokens }
+func (c *Config) Tokens() []access.Token { return c.tokens }
 
 func validRateLimit(s string) bool {
 	_, err := httpapi.ParseRateLimit(s)

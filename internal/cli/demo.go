@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/demo"
-	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
@@ -232,12 +232,12 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 
 // demoToken picks the bearer token the demo's agent sends when tokens are
 // configured: namespace default's, else the first namespace's.
-func demoToken(tokens []httpapi.Token) (token, namespace string) {
-	var first *httpapi.Token
+func demoToken(tokens []access.Token) (token, namespace string) {
+	var first *access.Token
 	for i, t := range tokens {
 		// The story enqueues: a reader's token cannot; a token given by
 		// its hash cannot be sent.
-		if t.Secret() == "" || !t.Role.Allows(httpapi.RoleAgent) {
+		if t.Secret() == "" || !t.Role.Allows(access.RoleAgent) {
 			continue
 		}
 		if t.Namespace == outbox.NamespaceDefault {

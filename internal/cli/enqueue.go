@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -88,6 +89,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 		return client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{
 			Args:        json.RawMessage(effectArgs),
 			Effect:      *effect,
+			EnqueuedBy:  access.CLIActor(),
 			Key:         *key,
 			Namespace:   *namespace,
 			RequestedBy: *requestedBy,

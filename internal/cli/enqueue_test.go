@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/cli"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -30,6 +31,9 @@ func TestEnqueue(t *testing.T) {
 		require.JSONEq(t, `{"n": 1}`, string(first.Args))
 		require.Equal(t, outbox.StatePending, first.State)
 		require.Equal(t, "agent-7", *first.RequestedBy)
+		// Who enqueued, from the credentials: the command line's user.
+		require.NotNil(t, first.EnqueuedBy)
+		require.Equal(t, access.CLIActor(), *first.EnqueuedBy)
 		require.Contains(t, res.stdout, `"duplicate": false`)
 
 		res = bundle.run(t, "enqueue", "--key", "order-1", "--effect", "noop", "--args", `{"n":1}`)

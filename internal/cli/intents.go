@@ -5,8 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -223,7 +222,7 @@ func (a *app) intentsCancel(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	intent, err := client.Cancel(ctx, &outbox.CancelParams{By: cliActor(), Key: positional[0], Namespace: cfg.Namespace, Note: *note})
+	intent, err := client.Cancel(ctx, &outbox.CancelParams{By: access.CLIActor(), Key: positional[0], Namespace: cfg.Namespace, Note: *note})
 	if err != nil {
 		return unmigrated(cfg, err)
 	}
@@ -256,7 +255,7 @@ func (a *app) intentsResolve(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	intent, err := client.Resolve(ctx, &outbox.ResolveParams{
-		By:        cliActor(),
+		By:        access.CLIActor(),
 		Key:       positional[0],
 		Namespace: cfg.Namespace,
 		Note:      *note,
@@ -296,7 +295,7 @@ func (a *app) intentsDecide(ctx context.Context, cmd *command, args []string) er
 	}
 	intent, err := decide(ctx, &outbox.ApprovalParams{
 		ArgsSHA256: *sum,
-		By:         cliActor(),
+		By:         access.CLIActor(),
 		Key:        positional[0],
 		Namespace:  cfg.Namespace,
 		Note:       *note,
@@ -309,18 +308,6 @@ func (a *app) intentsDecide(ctx context.Context, cmd *command, args []string) er
 	}
 	fmt.Fprintf(a.stderr, "%s intent %s: now %s\n", verb, intent.Key, intent.State)
 	return nil
-}
-
-// cliActor names the command line's user for the record: "cli:" and the
-// operating system's user name.
-func cliActor() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return "cli:" + u.Username
-	}
-	if name := os.Getenv("USER"); name != "" {
-		return "cli:" + name
-	}
-	return "cli"
 }
 
 // namespaceFlag adds --namespace to fs: the namespace to act in, instead of

@@ -18,7 +18,7 @@ func TestMigrate(t *testing.T) {
 		res := bundle.run(t, "migrate", "status")
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Regexp(t, `(?m)^river   current (\d+) latest (\d+)$`, res.stdout)
-		require.Contains(t, res.stdout, "outbox  current 008 latest 008\n")
+		require.Contains(t, res.stdout, "outbox  current 009 latest 009\n")
 		require.Contains(t, res.stdout, "\nup to date\n")
 	})
 
@@ -32,7 +32,7 @@ func TestMigrate(t *testing.T) {
 		res := runEnv(t, env, nil, "migrate", "print")
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Contains(t, res.stdout, "-- river 001 ")
-		require.Contains(t, res.stdout, "-- outbox 008 checks_in_trigger\n")
+		require.Contains(t, res.stdout, "-- outbox 009 enqueued_by\n")
 		sql := res.stdout
 		// Printing changes nothing.
 		res = runEnv(t, env, nil, "migrate", "status")
@@ -60,12 +60,12 @@ func TestMigrate(t *testing.T) {
 		res := runEnv(t, env, nil, "migrate", "status")
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Contains(t, res.stdout, "river   current 000")
-		require.Contains(t, res.stdout, "outbox  current 000 latest 008\n")
+		require.Contains(t, res.stdout, "outbox  current 000 latest 009\n")
 		require.Contains(t, res.stdout, "\npending migrations\n")
 
 		res = runEnv(t, env, nil, "migrate", "up")
 		require.Equal(t, 0, res.code, res.stderr)
-		require.Regexp(t, `^(applied river \d{3} .+\n)+applied outbox 001 intents\napplied outbox 002 self_healing\napplied outbox 003 model_key_guard\napplied outbox 004 audit\napplied outbox 005 least_privilege\napplied outbox 006 approvals\napplied outbox 007 cheaper_insert\napplied outbox 008 checks_in_trigger\n$`, res.stdout)
+		require.Regexp(t, `^(applied river \d{3} .+\n)+applied outbox 001 intents\napplied outbox 002 self_healing\napplied outbox 003 model_key_guard\napplied outbox 004 audit\napplied outbox 005 least_privilege\napplied outbox 006 approvals\napplied outbox 007 cheaper_insert\napplied outbox 008 checks_in_trigger\napplied outbox 009 enqueued_by\n$`, res.stdout)
 		riverApplied := len(regexp.MustCompile(`(?m)^applied river`).FindAllString(res.stdout, -1))
 
 		res = runEnv(t, env, nil, "migrate", "up")
@@ -74,6 +74,10 @@ func TestMigrate(t *testing.T) {
 
 		res = runEnv(t, env, nil, "migrate", "status")
 		require.Contains(t, res.stdout, "\nup to date\n")
+
+		res = runEnv(t, env, nil, "migrate", "down")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Equal(t, "reverted outbox 009 enqueued_by\n", res.stdout)
 
 		res = runEnv(t, env, nil, "migrate", "down")
 		require.Equal(t, 0, res.code, res.stderr)
@@ -112,7 +116,7 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, "nothing to revert\n", res.stdout)
 
 		res = runEnv(t, env, nil, "migrate", "status")
-		require.Contains(t, res.stdout, "outbox  current 000 latest 008\n")
+		require.Contains(t, res.stdout, "outbox  current 000 latest 009\n")
 		require.Contains(t, res.stdout, "\npending migrations\n")
 
 		res = runEnv(t, env, nil, "migrate", "status", "--json")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
@@ -50,7 +51,7 @@ type Config struct {
 	// namespace and role. Empty serves namespace default without
 	// authentication (the caller checks that this is allowed, and the
 	// address loopback). Defaults to none.
-	APITokens []httpapi.Token
+	APITokens []access.Token
 
 	// ApprovalRules, when not nil, replace the approval rules stored in the
 	// schema at start (empty removes them); nil leaves them as they are.

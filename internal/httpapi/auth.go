@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/outbox-dev/outbox/internal/access"
 )
 
 // CodeUnauthorized answers a request without a known bearer token (401), and
@@ -22,10 +24,11 @@ const (
 )
 
 // principal is who a request acts as: its namespace, its role, and the
-// token's fingerprint for the record.
+// token's fingerprint (access.ActorLocal without tokens), which names it in
+// rate limits and, as access.APIActor, in the record.
 type principal struct {
 	namespace string
-	role      Role
+	role      access.Role
 	name      string
 }
 
@@ -50,7 +53,7 @@ func namespaceFrom(ctx context.Context) (string, bool) {
 
 // forbiddenRole is the answer to a token whose role may not do what the
 // request asks: 403 forbidden, naming the role needed.
-func forbiddenRole(need, have Role) error {
+func forbiddenRole(need, have access.Role) error {
 	return &apiError{status: http.StatusForbidden, code: CodeForbidden, field: "Authorization",
 		message: fmt.Sprintf("this requires the role %s or above; the token's role is %s", need, have)}
 }
@@ -123,7 +126,7 @@ func (h *Handler) authenticateToken(r *http.Request) (principal, error) {
 			return principal{}, &apiError{status: http.StatusForbidden, code: CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only requests whose Host is a loopback address"}
 		}
-		return principal{namespace: h.defaultNamespace, role: RoleOperator, name: "local"}, nil
+		return principal{namespace: h.defaultNamespace, role: access.RoleOperator, name: access.ActorLocal}, nil
 	}
 	values := r.Header.Values("Authorization")
 	if len(values) == 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/migrations"
@@ -74,11 +75,11 @@ type Config struct {
 	RateLimit RateLimit
 
 	// Tokens are the bearer tokens: each acts for its namespace, with its
-	// role (ParseTokens, ParseTokenFile). When empty, requests need no token
+	// role (access.ParseTokens, access.ParseTokenFile). When empty, requests need no token
 	// and act for outbox.NamespaceDefault as operator, and the handler
 	// answers only requests that came through a loopback address (serve
 	// refuses to run so unless told to). Defaults to none.
-	Tokens []Token
+	Tokens []access.Token
 
 	// Version is the server version /mcp reports. Defaults to "dev".
 	Version string
@@ -110,7 +111,7 @@ type Handler struct {
 	mcpServers      map[string]*mcp.Server
 	migrator        *migrations.Migrator
 	pool            *pgxpool.Pool
-	tokens          []Token
+	tokens          []access.Token
 	// waits are the namespaces' shares of WaitsMax.
 	waits    map[string]chan struct{}
 	guard    *keyguard.Guard
@@ -151,15 +152,15 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	namespaces := []string{h.defaultNamespace}
 	if len(config.Tokens) > 0 {
 		namespaces = nil
-		if err := checkDuplicates(config.Tokens); err != nil {
+		if err := access.CheckDuplicates(config.Tokens); err != nil {
 			return nil, fmt.Errorf("httpapi: tokens: %w", err)
 		}
 		for _, t := range config.Tokens {
 			if err := outbox.ValidateNamespace(t.Namespace); err != nil {
 				return nil, fmt.Errorf("httpapi: token for an invalid namespace: %w", err)
 			}
-			if t.Role.rank() == 0 {
-				return nil, fmt.Errorf("httpapi: token %s has no valid role (%q)", t.Fingerprint(), t.Role)
+			if !t.Role.Valid() {
+				return nil, fmt.Errorf("httpapi: token %s has no valid role (%s)", t.Fingerprint(), t.Role)
 			}
 			h.tokens = append(h.tokens, t)
 			if !slices.Contains(namespaces, t.Namespace) {
@@ -199,6 +200,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	// request's token picks it.
 	for _, namespace := range namespaces {
 		srv, err := mcpserver.New(pool, client, &mcpserver.Config{
+			// Without tokens /mcp answers loopback alone, as the API does,
+			// and acts as the API's local principal.
+			Actor:                 access.APIActor(access.ActorLocal),
 			AutoKeyWindow:         config.AutoKeyWindow,
 			Logger:                h.logger,
 			ModelKeyGuard:         config.ModelKeyGuard,
@@ -238,30 +242,30 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 			if !ok {
 				return nil, auth.ErrInvalidToken
 			}
-			return &auth.TokenInfo{Scopes: []string{string(p.role)}, UserID: p.name, Expiration: time.Now().Add(time.Hour)}, nil
+			return &auth.TokenInfo{Scopes: []string{p.role.String()}, UserID: p.name, Expiration: time.Now().Add(time.Hour)}, nil
 		}, nil)(mcpHandler)
 	}
 	mux.Handle("/mcp", h.withAuth(mcpRoute))
-	mux.Handle("GET /v1/effects", h.api(RoleReader, h.listEffects))
+	mux.Handle("GET /v1/effects", h.api(access.RoleReader, h.listEffects))
 	mux.HandleFunc("GET /v1/openapi.json", h.openAPI)
-	mux.Handle("POST /v1/intents", h.api(RoleAgent, h.limited(h.enqueue)))
-	mux.Handle("GET /v1/intents", h.api(RoleReader, h.list))
-	mux.Handle("GET /v1/intents/{key}", h.api(RoleReader, h.get))
-	mux.Handle("POST /v1/intents/{key}/cancel", h.api(RoleAgent, h.cancel))
-	mux.Handle("POST /v1/intents/{key}/resolve", h.api(RoleOperator, h.resolve))
-	mux.Handle("POST /v1/intents/{key}/approve", h.api(RoleOperator, h.approve))
-	mux.Handle("POST /v1/intents/{key}/deny", h.api(RoleOperator, h.deny))
+	mux.Handle("POST /v1/intents", h.api(access.RoleAgent, h.limited(h.enqueue)))
+	mux.Handle("GET /v1/intents", h.api(access.RoleReader, h.list))
+	mux.Handle("GET /v1/intents/{key}", h.api(access.RoleReader, h.get))
+	mux.Handle("POST /v1/intents/{key}/cancel", h.api(access.RoleAgent, h.cancel))
+	mux.Handle("POST /v1/intents/{key}/resolve", h.api(access.RoleOperator, h.resolve))
+	mux.Handle("POST /v1/intents/{key}/approve", h.api(access.RoleOperator, h.approve))
+	mux.Handle("POST /v1/intents/{key}/deny", h.api(access.RoleOperator, h.deny))
 	// The same paths with any other method, and any other path under /v1/,
 	// answer in JSON too, after authentication: a caller without a token
 	// learns nothing of which paths exist.
-	mux.Handle("/v1/effects", h.api(RoleReader, methodNotAllowed("GET")))
-	mux.Handle("/v1/intents", h.api(RoleReader, methodNotAllowed("GET, POST")))
-	mux.Handle("/v1/intents/{key}", h.api(RoleReader, methodNotAllowed("GET, HEAD")))
-	mux.Handle("/v1/intents/{key}/cancel", h.api(RoleReader, methodNotAllowed("POST")))
-	mux.Handle("/v1/intents/{key}/resolve", h.api(RoleReader, methodNotAllowed("POST")))
-	mux.Handle("/v1/intents/{key}/approve", h.api(RoleReader, methodNotAllowed("POST")))
-	mux.Handle("/v1/intents/{key}/deny", h.api(RoleReader, methodNotAllowed("POST")))
-	mux.Handle("/v1/", h.api(RoleReader, func(http.ResponseWriter, *http.Request, string) error {
+	mux.Handle("/v1/effects", h.api(access.RoleReader, methodNotAllowed("GET")))
+	mux.Handle("/v1/intents", h.api(access.RoleReader, methodNotAllowed("GET, POST")))
+	mux.Handle("/v1/intents/{key}", h.api(access.RoleReader, methodNotAllowed("GET, HEAD")))
+	mux.Handle("/v1/intents/{key}/cancel", h.api(access.RoleReader, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/resolve", h.api(access.RoleReader, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/approve", h.api(access.RoleReader, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/deny", h.api(access.RoleReader, methodNotAllowed("POST")))
+	mux.Handle("/v1/", h.api(access.RoleReader, func(http.ResponseWriter, *http.Request, string) error {
 		return &apiError{status: http.StatusNotFound, code: outbox.CodeNotFound, message: "no such endpoint"}
 	}))
 
@@ -290,7 +294,7 @@ type apiFunc func(w http.ResponseWriter, r *http.Request, namespace string) erro
 
 // api authenticates a request, checks that its token's role is at least
 // need, and runs fn for its namespace.
-func (h *Handler) api(need Role, fn apiFunc) http.Handler {
+func (h *Handler) api(need access.Role, fn apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.authenticate(r)
 		if err == nil && !p.role.Allows(need) {

@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
@@ -66,7 +67,7 @@ func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	b.client, err = outbox.NewClient(pool, &outbox.Config{Effects: b.registry, Schema: schema})
 	require.NoError(t, err)
 	if config == nil {
-		config = &httpapi.Config{Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator), httpapi.NewToken(tokenBeta, "beta", httpapi.RoleOperator)}}
+		config = &httpapi.Config{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}}
 	}
 	b.handler, err = httpapi.New(pool, b.client, config)
 	require.NoError(t, err)
@@ -454,7 +455,7 @@ func TestWait(t *testing.T) {
 	// share of the cap.
 	t.Run("OneTenantsWaitsDoNotDelayAnother", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, &httpapi.Config{WaitsMax: 8, Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator), httpapi.NewToken(tokenBeta, "beta", httpapi.RoleOperator)}})
+		bundle := setup(t, &httpapi.Config{WaitsMax: 8, Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}})
 		require.Equal(t, http.StatusCreated, bundle.enqueue(t, "pending", `{"effect": "noop", "args": {}}`).status)
 		require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents", token: tokenBeta,
 			header: map[string]string{"Idempotency-Key": "done"}, body: `{"effect": "noop", "args": {}}`}).status)
@@ -602,6 +603,26 @@ func TestList(t *testing.T) {
 	}
 }
 
+// An enqueue records who enqueued from the token (enqueued_by), and who
+// asked as the body says (requested_by).
+func TestEnqueuedBy(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, nil)
+	resp := bundle.enqueue(t, "who", `{"effect": "noop", "args": {}, "requested_by": "agent-7"}`)
+	require.Equal(t, http.StatusCreated, resp.status, "%s", resp.body)
+	intent := decode[outbox.Intent](t, resp)
+	want := access.NewToken(tokenAlpha, "alpha", access.RoleOperator).Actor()
+	require.NotNil(t, intent.EnqueuedBy, "%s", resp.body)
+	require.Equal(t, want, *intent.EnqueuedBy)
+	require.Equal(t, "agent-7", *intent.RequestedBy)
+	require.Contains(t, string(resp.body), `"enqueued_by":"`+want+`"`)
+
+	resp = bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/who", token: tokenAlpha})
+	require.Equal(t, http.StatusOK, resp.status)
+	require.Equal(t, want, *decode[outbox.Intent](t, resp).EnqueuedBy)
+}
+
 func TestCancel(t *testing.T) {
 	t.Parallel()
 
@@ -625,7 +646,7 @@ func TestCancel(t *testing.T) {
 	intent := decode[outbox.Intent](t, resp)
 	require.Equal(t, outbox.StateCancelled, intent.State)
 	require.NotNil(t, intent.CompletedAt)
-	require.Equal(t, "api:"+httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator).Fingerprint(), *intent.ResolvedBy)
+	require.Equal(t, "api:"+access.NewToken(tokenAlpha, "alpha", access.RoleOperator).Fingerprint(), *intent.ResolvedBy)
 	require.Equal(t, "the customer changed their mind", *intent.ResolutionNote)
 
 	resp = cancel("")
@@ -669,7 +690,7 @@ func TestResolve(t *testing.T) {
 	resolved := decode[outbox.Intent](t, resp)
 	require.Equal(t, outbox.StateSucceeded, resolved.State)
 	// The record names the token by its fingerprint, never the token.
-	require.Equal(t, "api:"+httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator).Fingerprint(), *resolved.ResolvedBy)
+	require.Equal(t, "api:"+access.NewToken(tokenAlpha, "alpha", access.RoleOperator).Fingerprint(), *resolved.ResolvedBy)
 	require.Equal(t, "checked in the provider's dashboard", *resolved.ResolutionNote)
 	require.NotNil(t, resolved.ResolvedAt)
 	require.NotContains(t, string(resp.body), tokenAlpha)
@@ -884,9 +905,9 @@ func TestNewRefuses(t *testing.T) {
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	for name, config := range map[string]*httpapi.Config{
-		"DuplicateToken": {Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleAgent), httpapi.NewToken(tokenAlpha, "beta", httpapi.RoleAgent)}},
-		"BadNamespace":   {Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "a b", httpapi.RoleAgent)}},
-		"NoRole":         {Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", "")}},
+		"DuplicateToken": {Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleAgent), access.NewToken(tokenAlpha, "beta", access.RoleAgent)}},
+		"BadNamespace":   {Tokens: []access.Token{access.NewToken(tokenAlpha, "a b", access.RoleAgent)}},
+		"NoRole":         {Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", 0)}},
 		"NegativeWaits":  {WaitsMax: -1},
 	} {
 		_, err := httpapi.New(pool, client, config)
@@ -905,7 +926,7 @@ func TestServerErrors(t *testing.T) {
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	var logs bytes.Buffer
-	h, err := httpapi.New(pool, client, &httpapi.Config{Logger: newTestLogger(&logs), Tokens: []httpapi.Token{httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleOperator)}})
+	h, err := httpapi.New(pool, client, &httpapi.Config{Logger: newTestLogger(&logs), Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator)}})
 	require.NoError(t, err)
 	// The table goes away under the API.
 	_, err = pool.Exec(t.Context(), "DROP TABLE "+pgx.Identifier{schema, "outbox_intent"}.Sanitize()+" CASCADE")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -93,7 +94,7 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 	var res *outbox.EnqueueResult
 	var possibleDuplicateOf string
 	if modelKey {
-		p := &keyguard.Params{Args: req.Args, Effect: *req.Effect, Key: key, ModelKey: true,
+		p := &keyguard.Params{Args: req.Args, Effect: *req.Effect, EnqueuedBy: actor(r), Key: key, ModelKey: true,
 			Namespace: namespace, NewAction: req.NewAction, RequireApproval: req.RequireApproval, Tool: *req.Effect}
 		if req.RequestedBy != nil {
 			p.RequestedBy = *req.RequestedBy
@@ -105,11 +106,12 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 		res, possibleDuplicateOf = guarded.EnqueueResult, guarded.PossibleDuplicateOf
 	} else {
 		params := &outbox.EnqueueParams{
-			Args:      req.Args,
-			Effect:    *req.Effect,
-			Key:       key,
-			KeySource: outbox.KeySourceExplicit,
-			Namespace: namespace,
+			Args:       req.Args,
+			Effect:     *req.Effect,
+			EnqueuedBy: actor(r),
+			Key:        key,
+			KeySource:  outbox.KeySourceExplicit,
+			Namespace:  namespace,
 
 			RequireApproval: req.RequireApproval,
 		}
@@ -323,11 +325,11 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, namespace strin
 	return nil
 }
 
-// actor names the request's token for the record: "api:" and its
+// actor names the request's token for the record: access.APIActor of its
 // fingerprint, never the token ("api:local" without tokens).
 func actor(r *http.Request) string {
 	p, _ := principalFrom(r.Context())
-	return "api:" + p.name
+	return access.APIActor(p.name)
 }
 
 // resolve is POST /v1/intents/{key}/resolve.

@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -258,4 +259,40 @@ func requirePlainObjectSchemas(t *testing.T, tools []*mcp.Tool) {
 		}
 		require.NotNil(t, tool.OutputSchema, "%s: no output schema", tool.Name)
 	}
+}
+
+// The role a token has is checked by /mcp's mutating tools as by the API
+// (package access), and an intent records who enqueued it from the token,
+// beside the client's own label in requested_by.
+func TestMCPRoleAndEnqueuedBy(t *testing.T) {
+	t.Parallel()
+
+	const tokenReader = "tok-reader-0123456789"
+	agentToken := access.NewToken(tokenAlpha, "alpha", access.RoleAgent)
+	bundle := setup(t, &httpapi.Config{Tokens: []access.Token{agentToken, access.NewToken(tokenReader, "alpha", access.RoleReader)}})
+	args := map[string]any{"customer": "cus_1", "amount": 1999, "currency": "eur", "idempotency_key": "who-1"}
+
+	reader, err := bundle.connectMCP(t, tokenReader, "")
+	require.NoError(t, err)
+	res, body := callTool(t, reader, "charge_card", args)
+	require.True(t, res.IsError)
+	require.Contains(t, string(body), `"code":"forbidden"`)
+	require.Contains(t, string(body), "requires the role agent or above; the token's role is reader")
+
+	agent, err := bundle.connectMCP(t, tokenAlpha, "")
+	require.NoError(t, err)
+	res, body = callTool(t, agent, "charge_card", args)
+	require.False(t, res.IsError, "%s", body)
+	answer := decode[mcpAnswer](t, &response{body: body})
+	require.NotNil(t, answer.EnqueuedBy, "%s", body)
+	require.Equal(t, agentToken.Actor(), *answer.EnqueuedBy)
+	require.Equal(t, "mcp:test", *answer.RequestedBy)
+
+	// Without tokens, the local principal.
+	open := setup(t, &httpapi.Config{})
+	cs, err := open.connectMCP(t, "", "")
+	require.NoError(t, err)
+	res, body = callTool(t, cs, "charge_card", args)
+	require.False(t, res.IsError, "%s", body)
+	require.Equal(t, "api:local", *decode[mcpAnswer](t, &response{body: body}).EnqueuedBy)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
@@ -43,9 +44,9 @@ func TestRateLimit(t *testing.T) {
 	// refill.
 	bundle := setup(t, &httpapi.Config{
 		RateLimit: httpapi.RateLimit{PerSecond: 0.01, Burst: 2},
-		Tokens: []httpapi.Token{
-			httpapi.NewToken(tokenAlpha, "alpha", httpapi.RoleAgent),
-			httpapi.NewToken(tokenBeta, "alpha", httpapi.RoleAgent),
+		Tokens: []access.Token{
+			access.NewToken(tokenAlpha, "alpha", access.RoleAgent),
+			access.NewToken(tokenBeta, "alpha", access.RoleAgent),
 		},
 	})
 	for i, key := range []string{"k1", "k2"} {

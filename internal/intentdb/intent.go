@@ -64,6 +64,7 @@ type Row struct {
 	DeniedBy       *string
 	DeniedAt       *time.Time
 	ApprovalNote   *string
+	EnqueuedBy     *string
 
 	// JobKind is the kind of JobID's River job, read by Get and List only
 	// (the other statements leave it nil): nil too when River has deleted
@@ -77,6 +78,7 @@ var rowColumns = []string{
 	"provider_key", "requested_by", "key_source", "created_at", "updated_at", "completed_at",
 	"job_id", "lease_expires_at", "maybe_sent", "resolved_by", "resolution_note", "resolved_at",
 	"approval_rule", "approved_by", "approved_at", "denied_by", "denied_at", "approval_note",
+	"enqueued_by",
 }
 
 // columns returns rowColumns, each prefixed (a table alias, or "(r.intent)."
@@ -88,7 +90,7 @@ func columns(prefix string) string { return columnsOf(prefix, rowColumns) }
 // others hold their defaults (see scanNewRow).
 var newColumns = []string{
 	"id", "namespace", "key", "effect", "args", "state", "provider_key", "requested_by", "key_source",
-	"created_at", "updated_at", "approval_rule",
+	"created_at", "updated_at", "approval_rule", "enqueued_by",
 }
 
 // columnsOf returns cols, each prefixed.
@@ -107,7 +109,7 @@ func scanNewRow(row pgx.Row, extra ...any) (*Row, error) {
 	var r Row
 	dest := []any{
 		&r.ID, &r.Namespace, &r.Key, &r.Effect, &r.Args, &r.State, &r.ProviderKey, &r.RequestedBy, &r.KeySource,
-		&r.CreatedAt, &r.UpdatedAt, &r.ApprovalRule,
+		&r.CreatedAt, &r.UpdatedAt, &r.ApprovalRule, &r.EnqueuedBy,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
@@ -122,6 +124,7 @@ func scanRow(row pgx.Row, extra ...any) (*Row, error) {
 		&r.ProviderKey, &r.RequestedBy, &r.KeySource, &r.CreatedAt, &r.UpdatedAt, &r.CompletedAt,
 		&r.JobID, &r.LeaseExpiresAt, &r.MaybeSent, &r.ResolvedBy, &r.ResolutionNote, &r.ResolvedAt,
 		&r.ApprovalRule, &r.ApprovedBy, &r.ApprovedAt, &r.DeniedBy, &r.DeniedAt, &r.ApprovalNote,
+		&r.EnqueuedBy,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ type Queries struct {
 
 	sqlEnqueueManyFast, sqlEnqueueManyNew                                                     string
 	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
+	sqlSetEnqueuedBy                                                                          string
 	sqlDrainFailInvalid, sqlDrainMark, sqlDrainSelect                                         string
 	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
 	sqlCountByState, sqlCreatedAt, sqlPrune                                                   string
@@ -79,8 +80,8 @@ func (q *Queries) renderClient(r func(string) string) {
 	// session notifies at most once per NotifyWindow, because a notifying
 	// commit holds a database-wide lock until it is durable.
 	q.sqlEnqueue = r(`WITH ins AS (
-			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state)
-			VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::boolean THEN 'awaiting_approval' ELSE 'pending' END)
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by)
+			VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::boolean THEN 'awaiting_approval' ELSE 'pending' END, $8)
 			ON CONFLICT (namespace, key) DO NOTHING
 			RETURNING {{columns}}
 		), notified AS (
@@ -94,6 +95,10 @@ func (q *Queries) renderClient(r func(string) string) {
 		UNION ALL
 		SELECT {{columns}}, true, NOT (effect = $3 AND args = $4::jsonb) FROM {{schema}}.outbox_intent
 		WHERE namespace = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`)
+	// The SQL functions (the fallbacks of Enqueue and EnqueueMany) take no
+	// enqueued_by: it is set on the rows they inserted by the next
+	// statement, in the same transaction when there is one
+	// (setEnqueuedBy).
 	q.sqlEnqueueRetry = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict
 		FROM {{schema}}.outbox_enqueue_try($1, $2, $3, $4, $5, $6, $7) r`)
 	q.sqlEnqueueMany = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict, r.ord
@@ -109,13 +114,13 @@ func (q *Queries) renderClient(r func(string) string) {
 	// answer as duplicates of it, or conflicts.
 	q.sqlEnqueueManyNew = r(`WITH input AS (
 			SELECT u.*, row_number() OVER w AS rn, first_value(u.effect) OVER w AS first_effect, first_value(u.args) OVER w AS first_args
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[])
-				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, ord)
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[], $8::text[])
+				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, enqueued_by, ord)
 			WINDOW w AS (PARTITION BY u.namespace, u.key ORDER BY u.ord)
 		), ins AS (
-			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state)
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by)
 			SELECT namespace, key, effect, args, requested_by, key_source,
-			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END
+			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END, enqueued_by
 			FROM input WHERE rn = 1 ORDER BY ord
 			RETURNING ` + strings.Join(newColumns, ", ") + `
 		), notified AS (` + batchNotified + `)
@@ -132,12 +137,12 @@ func (q *Queries) renderClient(r func(string) string) {
 	// answer), so that a conflict still writes nothing.
 	q.sqlEnqueueManyFast = r(`WITH input AS (
 			SELECT u.*, row_number() OVER (PARTITION BY u.namespace, u.key ORDER BY u.ord) AS rn
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[])
-				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, ord)
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[], $8::text[])
+				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, enqueued_by, ord)
 		), ins AS (
-			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state)
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by)
 			SELECT namespace, key, effect, args, requested_by, key_source,
-			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END
+			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END, enqueued_by
 			FROM input WHERE rn = 1 ORDER BY ord
 			ON CONFLICT (namespace, key) DO NOTHING
 			RETURNING {{columns}}
@@ -202,6 +207,9 @@ func (q *Queries) renderClient(r func(string) string) {
 	// (otherwise a deduplicated intent past its window would turn unknown
 	// again at once). The attempt number is kept: it is the fencing token and
 	// must only grow.
+	q.sqlSetEnqueuedBy = r(`UPDATE {{schema}}.outbox_intent i SET enqueued_by = u.enqueued_by
+		FROM unnest($1::bigint[], $2::text[]) AS u(id, enqueued_by)
+		WHERE i.id = u.id AND i.enqueued_by IS NULL`)
 	q.sqlResolve = r(`WITH upd AS (
 			UPDATE {{schema}}.outbox_intent
 			SET state = $3,
@@ -233,6 +241,9 @@ type EnqueueRow struct {
 	KeySource   string
 	Namespace   string
 	RequestedBy *string
+	// EnqueuedBy is the audit actor who enqueued, from the credentials
+	// (package access); nil for none.
+	EnqueuedBy *string
 	// RequireApproval records the intent as awaiting_approval whatever the
 	// rules say.
 	RequireApproval bool
@@ -253,11 +264,15 @@ type EnqueueResult struct {
 // transaction), or finds the one first recorded under its key.
 func (q *Queries) Enqueue(ctx context.Context, db Querier, e *EnqueueRow) (*EnqueueResult, error) {
 	res := &EnqueueResult{}
-	args := []any{e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval}
+	args := []any{e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy}
 	row, err := scanRow(db.QueryRow(ctx, q.sqlEnqueue, args...), &res.Duplicate, &res.Conflict)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Lost the race described at sqlEnqueue: nothing was written.
-		row, err = scanRow(db.QueryRow(ctx, q.sqlEnqueueRetry, args...), &res.Duplicate, &res.Conflict)
+		row, err = scanRow(db.QueryRow(ctx, q.sqlEnqueueRetry, args[:7]...), &res.Duplicate, &res.Conflict)
+		if err == nil {
+			res.Row = row
+			err = q.setEnqueuedBy(ctx, db, []*EnqueueRow{e}, []*EnqueueResult{res})
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -287,7 +302,40 @@ func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow)
 			return results, err
 		}
 	}
-	return collectMany(db.Query(ctx, q.sqlEnqueueMany, params...))(len(es), scanRow)
+	results, err := collectMany(db.Query(ctx, q.sqlEnqueueMany, params[:7]...))(len(es), scanRow)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.setEnqueuedBy(ctx, db, es, results); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// setEnqueuedBy records es' EnqueuedBy on the rows that the SQL functions,
+// which take none, inserted for them (results), and on the results' rows.
+// Outside a transaction the rows are visible without it for the moment
+// between the two statements; these are the fallback paths (a lost race, a
+// conflict in a batch, a batch outside a transaction).
+func (q *Queries) setEnqueuedBy(ctx context.Context, db Querier, es []*EnqueueRow, results []*EnqueueResult) error {
+	var ids []int64
+	var bys []string
+	for i, res := range results {
+		if res == nil || res.Row == nil || res.Duplicate || res.Conflict || es[i].EnqueuedBy == nil || res.Row.EnqueuedBy != nil {
+			continue
+		}
+		ids, bys = append(ids, res.Row.ID), append(bys, *es[i].EnqueuedBy)
+		res.Row.EnqueuedBy = es[i].EnqueuedBy
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := db.Query(ctx, q.sqlSetEnqueuedBy, ids, bys)
+	if err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
 }
 
 // BatchSender sends a pipeline of statements: a pool or a connection.
@@ -321,7 +369,7 @@ func (q *Queries) EnqueueGroup(ctx context.Context, db BatchSender, es []*Enqueu
 	}
 	if len(es) == 1 {
 		e := es[0]
-		b.Queue(q.sqlEnqueue, e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval)
+		b.Queue(q.sqlEnqueue, e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy)
 	} else {
 		b.Queue(q.sqlEnqueueManyFast, manyParams(es)...)
 	}
@@ -380,12 +428,15 @@ func manyParams(es []*EnqueueRow) []any {
 		requestedBys = make([]*string, len(es))
 		keySources   = make([]string, len(es))
 		approvals    = make([]bool, len(es))
+		enqueuedBys  = make([]*string, len(es))
 	)
 	for i, e := range es {
-		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i], approvals[i] =
-			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval
+		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i], approvals[i], enqueuedBys[i] =
+			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy
 	}
-	return []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals}
+	// enqueuedBys last: the SQL function outbox_enqueue_many takes the
+	// first seven.
+	return []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals, enqueuedBys}
 }
 
 // tryMany runs one of the batch's set-based statements (sql, its answers

@@ -131,6 +131,9 @@ type Params struct {
 	// NewAction is the model's confirmation that an identical action
 	// recorded moments before under another key is not this one.
 	NewAction bool
+	// EnqueuedBy is who enqueues, from the credentials
+	// (outbox.EnqueueParams).
+	EnqueuedBy string
 	// RequestedBy optionally names who asked.
 	RequestedBy string
 	// RequireApproval asks for an operator's approval before it runs.
@@ -260,6 +263,7 @@ func (g *Guard) params(p *Params, key string, source outbox.KeySource) *outbox.E
 	return &outbox.EnqueueParams{
 		Args:        p.Args,
 		Effect:      p.Effect,
+		EnqueuedBy:  p.EnqueuedBy,
 		Key:         key,
 		KeySource:   source,
 		Namespace:   p.Namespace,

@@ -14,6 +14,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -88,6 +89,7 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 		res, err := s.guard.Enqueue(ctx, &keyguard.Params{
 			Args:        json.RawMessage(call.args),
 			Effect:      tool.Effect,
+			EnqueuedBy:  s.actor(req),
 			Key:         call.key,
 			ModelKey:    call.keyGiven,
 			Namespace:   s.namespace,
@@ -112,19 +114,30 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 // it, as the HTTP API's 403.
 const CodeForbidden = "forbidden"
 
-// mayMutate refuses a mutating call whose token (over HTTP, its TokenInfo)
-// has the reader role. Over stdio there is no token: the local user acts.
+// mayMutate refuses a mutating call whose token (over HTTP, its TokenInfo,
+// whose one scope is the token's role) allows less than access.RoleAgent.
+// Over stdio there is no token: the local user acts.
 func mayMutate(req *mcp.CallToolRequest) error {
 	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
 		return nil
 	}
-	for _, role := range req.Extra.TokenInfo.Scopes {
-		if role == "agent" || role == "operator" {
+	for _, scope := range req.Extra.TokenInfo.Scopes {
+		if role, err := access.ParseRole(scope); err == nil && role.Allows(access.RoleAgent) {
 			return nil
 		}
 	}
 	return &outbox.Error{Code: CodeForbidden, Field: "Authorization",
-		Message: fmt.Sprintf("this tool requires the role agent or operator; the token's role is %s", strings.Join(req.Extra.TokenInfo.Scopes, ", "))}
+		Message: fmt.Sprintf("this tool requires the role %s or above; the token's role is %s", access.RoleAgent, strings.Join(req.Extra.TokenInfo.Scopes, ", "))}
+}
+
+// actor names who makes a call, for the intent's enqueued_by: over HTTP
+// with tokens, access.APIActor of the token's name (its TokenInfo's
+// UserID); otherwise Config.Actor, who serves.
+func (s *server) actor(req *mcp.CallToolRequest) string {
+	if req != nil && req.Extra != nil && req.Extra.TokenInfo != nil {
+		return access.APIActor(req.Extra.TokenInfo.UserID)
+	}
+	return s.actorDefault
 }
 
 // CodeRateLimited is the tool error of a call beyond its token's rate, as

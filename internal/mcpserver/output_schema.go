@@ -25,6 +25,7 @@ func intentProperties() map[string]*jsonschema.Schema {
 		"error":        {Types: []string{"object", "null"}, Description: "{code, message} of a failed attempt or intent, else null."},
 		"provider_key": {Type: "string", Description: "The key sent to the provider, derived from the intent; never the idempotency key."},
 		"requested_by": nullable("string"),
+		"enqueued_by":  {Type: "string", Description: "Who enqueued the intent, from the credentials (api:<token fingerprint>, cli:<user>)."},
 		"key_source":   {Type: "string", Enum: []any{"explicit", "auto", "model_confirmed"}},
 		"created_at":   {Type: "string", Format: "date-time"},
 		"updated_at":   {Type: "string", Format: "date-time"},

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -49,6 +50,12 @@ const requireApprovalArgument = "require_approval"
 
 // Config configures an MCP server.
 type Config struct {
+	// Actor names who acts when a call carries no token (over stdio, or
+	// over HTTP without tokens), for the intent's enqueued_by: an audit
+	// actor of package access. Over HTTP with tokens the token names it.
+	// Defaults to access.CLIActor(), the local user.
+	Actor string
+
 	// AutoKeyWindow is the window of the automatic key: identical calls
 	// without idempotency_key within this long of the first are one action.
 	// Defaults to AutoKeyWindowDefault.
@@ -97,6 +104,7 @@ type Config struct {
 
 // server holds what the tool handlers share.
 type server struct {
+	actorDefault  string
 	autoKeyWindow time.Duration
 	client        *outbox.Client
 	logger        *slog.Logger
@@ -122,6 +130,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		config = &Config{}
 	}
 	s := &server{
+		actorDefault:  config.Actor,
 		autoKeyWindow: config.AutoKeyWindow,
 		client:        client,
 		logger:        config.Logger,
@@ -129,6 +138,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		pool:          pool,
 		rateLimitFunc: config.RateLimitFunc,
 		waitFunc:      config.WaitFunc,
+	}
+	if s.actorDefault == "" {
+		s.actorDefault = access.CLIActor()
 	}
 	if s.autoKeyWindow == 0 {
 		s.autoKeyWindow = AutoKeyWindowDefault

@@ -1,4 +1,4 @@
-package httpapi
+package access
 
 import (
 	"crypto/sha256"
@@ -10,41 +10,9 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// Role is what a token may do in its namespace.
-type Role string
-
-const (
-	// RoleReader reads intents and waits on them.
-	RoleReader Role = "reader"
-	// RoleAgent also enqueues and cancels: what an agent or a service needs.
-	RoleAgent Role = "agent"
-	// RoleOperator also resolves unknown intents: only a person who checked
-	// the provider should move an unknown intent on.
-	RoleOperator Role = "operator"
-)
-
-// RoleDefault is the role of a token entry that names none.
-const RoleDefault = RoleAgent
-
 // TokenMinLength is the shortest token accepted: a guessable token is no
 // token.
 const TokenMinLength = 16
-
-// rank orders the roles: each may do what the ones below it may.
-func (r Role) rank() int {
-	switch r {
-	case RoleReader:
-		return 1
-	case RoleAgent:
-		return 2
-	case RoleOperator:
-		return 3
-	}
-	return 0
-}
-
-// Allows reports whether r may do what need may.
-func (r Role) Allows(need Role) bool { return r.rank() >= need.rank() && need.rank() > 0 }
 
 // Token is one API token: the namespace it acts for, its role, and its
 // SHA-256 (the token itself is never kept where a hash will do).
@@ -71,7 +39,12 @@ func (t Token) Secret() string { return t.secret }
 // "sha256:" and the first 12 hex digits of its hash.
 func (t Token) Fingerprint() string { return "sha256:" + hex.EncodeToString(t.Hash[:6]) }
 
-// ParseTokens parses OUTBOX_API_TOKENS: entries separated by commas.
+// Actor is the audit actor of what the token does: APIActor of its
+// fingerprint.
+func (t Token) Actor() string { return APIActor(t.Fingerprint()) }
+
+// ParseTokens parses OUTBOX_API_TOKENS: entries separated by commas, each
+// token:namespace[:role] or sha256:<64 hex digits>:namespace[:role].
 func ParseTokens(list string) ([]Token, error) {
 	var tokens []Token
 	for i, entry := range strings.Split(list, ",") {
@@ -85,11 +58,11 @@ func ParseTokens(list string) ([]Token, error) {
 		}
 		tokens = append(tokens, t)
 	}
-	return tokens, checkDuplicates(tokens)
+	return tokens, CheckDuplicates(tokens)
 }
 
-// ParseTokenFile parses OUTBOX_API_TOKENS_FILE: one entry a line; blank
-// lines and lines starting with # are ignored.
+// ParseTokenFile parses OUTBOX_API_TOKENS_FILE: one entry a line, as
+// ParseTokens'; blank lines and lines starting with # are ignored.
 func ParseTokenFile(content string) ([]Token, error) {
 	var tokens []Token
 	for i, line := range strings.Split(content, "\n") {
@@ -103,7 +76,7 @@ func ParseTokenFile(content string) ([]Token, error) {
 		}
 		tokens = append(tokens, t)
 	}
-	return tokens, checkDuplicates(tokens)
+	return tokens, CheckDuplicates(tokens)
 }
 
 // parseTokenEntry parses token:namespace[:role], or
@@ -136,16 +109,18 @@ func parseTokenEntry(entry string) (Token, error) {
 		return t, fmt.Errorf("the namespace %q is invalid: %w", t.Namespace, err)
 	}
 	if len(parts) == 3 {
-		if t.Role = Role(parts[2]); t.Role.rank() == 0 {
-			return t, fmt.Errorf("the role %q is not reader, agent or operator", parts[2])
+		role, err := ParseRole(parts[2])
+		if err != nil {
+			return t, err
 		}
+		t.Role = role
 	}
 	return t, nil
 }
 
-// checkDuplicates refuses a token listed twice: which namespace it would act
+// CheckDuplicates refuses a token listed twice: which namespace it would act
 // for would be a guess.
-func checkDuplicates(tokens []Token) error {
+func CheckDuplicates(tokens []Token) error {
 	seen := map[[sha256.Size]byte]int{}
 	for i, t := range tokens {
 		if j, ok := seen[t.Hash]; ok {
