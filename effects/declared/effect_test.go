@@ -396,3 +396,38 @@ func TestDeclaredTicketAgainstZendesk(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, ok)
 }
+
+// TestRuleErrorsDoNotMatchAndAreCounted: a rule that reads a member an
+// answer lacks fails to evaluate; it does not match, and the effect says so
+// to OnRuleError, so that a rule a provider's new answer broke shows.
+func TestRuleErrorsDoNotMatchAndAreCounted(t *testing.T) {
+	t.Parallel()
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"id": "obj_1"}`))
+	}))
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	counted := map[string]int{}
+	src := fmt.Sprintf(`effects:
+  ping:
+    description: Ping.
+    guarantee: at_most_once
+    args: {type: object}
+    request: {url: "%s/ping"}
+    outcome:
+      - when: body.error.code == "busy"
+        class: not_sent
+    result: {id: /id}
+`, srv.URL)
+	effs, err := Parse("effects.yaml", []byte(src), &Config{OnRuleError: func(effect string) {
+		mu.Lock()
+		defer mu.Unlock()
+		counted[effect]++
+	}})
+	require.NoError(t, err)
+	res, err := effs[0].Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{}`), ProviderKey: "pk"})
+	require.NoError(t, err, "the rule did not match: the default class, success")
+	require.JSONEq(t, `{"id": "obj_1"}`, string(res))
+	require.Equal(t, map[string]int{"ping": 1}, counted)
+}

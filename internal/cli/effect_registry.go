@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/charge"
@@ -238,7 +239,9 @@ func buildRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger, s *prov
 			enabled = append(enabled, effect)
 		}
 	}
-	declaredEffects, err := loadDeclared(cfg, cfg.EffectsFile, false, nil)
+	declaredEffects, err := loadDeclared(cfg, cfg.EffectsFile, false, func(effect string) {
+		declaredRuleErrors.WithLabelValues(effect).Inc()
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -247,6 +250,14 @@ func buildRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger, s *prov
 	}
 	return effects.NewRegistry(enabled...)
 }
+
+// declaredRuleErrors is outbox_declared_rule_errors_total: outcome rules of
+// declared effects whose evaluation failed (and so did not match). One for
+// the process, which serve registers on its /metrics.
+var declaredRuleErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "outbox_declared_rule_errors_total",
+	Help: "Outcome rules of declared effects (OUTBOX_EFFECTS_FILE) whose CEL evaluation failed, and so did not match.",
+}, []string{"effect"})
 
 // builtinNames are the names and MCP tools a declared effect may not take.
 func builtinNames() (effectNames, toolNames []string) {

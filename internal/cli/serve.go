@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/keyguard"
@@ -133,6 +135,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
 		APITokens:                 cfg.Tokens(),
+		Collectors:                []prometheus.Collector{declaredRuleErrors},
 		ApprovalRules:             cfg.ApprovalRules(),
 		ApprovalTTL:               cfg.ApprovalTTL,
 		ApprovalWebhook:           cfg.ApprovalWebhook,

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
@@ -68,6 +69,10 @@ type Config struct {
 	// AutoKeyWindow is the window of MCP's automatic key. Defaults to
 	// mcpserver's default.
 	AutoKeyWindow time.Duration
+
+	// Collectors are more metrics for /metrics, counted outside the
+	// daemon (the declared effects' rule errors). Defaults to none.
+	Collectors []prometheus.Collector
 
 	// DisableBatchFirstAttempts is dispatcher.Config's: it turns off first
 	// attempts in batches. Defaults to false: batches on.
@@ -184,7 +189,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		}
 	}()
 
-	if d.metrics, err = newServeMetrics(pool, c.Schema, c.Version, c.GaugeRefreshInterval, c.Logger); err != nil {
+	if d.metrics, err = newServeMetrics(pool, c.Schema, c.Version, c.GaugeRefreshInterval, c.Logger, c.Collectors...); err != nil {
 		return nil, err
 	}
 	d.metrics.gauges.Start(ctx)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"log/slog"
 	"runtime"
 	"time"
@@ -29,8 +30,13 @@ type serveMetrics struct {
 // newServeMetrics registers outbox's metrics and the Go and process
 // collectors. refresh of 0 is metrics.RefreshIntervalDefault. The gauges are
 // read once Start is called on them.
-func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Duration, logger *slog.Logger) (*serveMetrics, error) {
+func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Duration, logger *slog.Logger, more ...prometheus.Collector) (*serveMetrics, error) {
 	reg := prometheus.NewRegistry()
+	for _, c := range more {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("error registering a metric: %w", err)
+		}
+	}
 	// outbox_build_info is 1, labelled with what is running: a dashboard
 	// joins on it to tell versions apart during a rolling deploy.
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
