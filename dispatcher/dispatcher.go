@@ -64,9 +64,11 @@ type Config struct {
 	DrainPollInterval time.Duration
 
 	// EffectTimeout is one attempt's deadline. River's job timeout is the
-	// claim's lease (twice this) and stuck jobs are rescued after three times
-	// this, so a crashed attempt is taken up again within that plus River's
-	// rescuer interval (30 s), not River's default hour. Defaults to
+	// claim's lease (twice this). An attempt whose process died is taken up
+	// again within seconds by the heartbeat's repair (HeartbeatInterval);
+	// River's rescuer, after three times this plus its interval (30 s),
+	// stays the net under it (a host that vanished without closing its
+	// sockets, a process that hangs). Defaults to
 	// workers.EffectTimeoutDefault.
 	EffectTimeout time.Duration
 
@@ -88,6 +90,14 @@ type Config struct {
 	// Defaults to FetchPollIntervalDefault: a few cheap queries a second
 	// per queue when idle.
 	FetchPollInterval time.Duration
+
+	// HeartbeatInterval is how often this process writes its heartbeat and
+	// looks for processes that died with jobs running, whose jobs it then
+	// makes available again at once: a process is dead once its liveness
+	// session is gone and its last heartbeat is two intervals old
+	// (docs/design.md, "Crash recovery timing"). Defaults to
+	// HeartbeatIntervalDefault.
+	HeartbeatInterval time.Duration
 
 	// Logger receives the dispatcher's, the workers' and River's logs.
 	// Defaults to a logger that discards.
@@ -123,17 +133,19 @@ type Config struct {
 
 // Dispatcher drains intents into River jobs and runs River's workers.
 type Dispatcher struct {
-	drainer *drainer
-	logger  *slog.Logger
-	pool    *pgxpool.Pool
-	river   *river.Client[pgx.Tx]
-	stopTO  time.Duration
-	worker  *workers.IntentWorker
+	drainer   *drainer
+	heartbeat *heartbeat
+	logger    *slog.Logger
+	pool      *pgxpool.Pool
+	river     *river.Client[pgx.Tx]
+	stopTO    time.Duration
+	worker    *workers.IntentWorker
 
-	mu        sync.Mutex
-	cancel    context.CancelFunc
-	drainDone chan struct{}
-	stopped   bool
+	mu            sync.Mutex
+	cancel        context.CancelFunc
+	drainDone     chan struct{}
+	heartbeatDone chan struct{}
+	stopped       bool
 }
 
 // New returns a Dispatcher; Start runs it.
@@ -160,6 +172,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if c.FetchPollInterval == 0 {
 		c.FetchPollInterval = FetchPollIntervalDefault
 	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = HeartbeatIntervalDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -184,7 +199,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if c.Workers == 0 {
 		c.Workers = WorkersDefault
 	}
-	if c.ApprovalTTL < 0 || c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.FetchCooldown < 0 || c.FetchPollInterval < 0 || c.MaxAttempts < 0 ||
+	if c.ApprovalTTL < 0 || c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.FetchCooldown < 0 || c.FetchPollInterval < 0 || c.HeartbeatInterval < 0 || c.MaxAttempts < 0 ||
 		c.PruneInterval < 0 || c.ReconcileInterval < 0 || c.Retention < 0 || c.Workers < 0 {
 		return nil, errors.New("dispatcher: durations and sizes must be positive")
 	}
@@ -296,12 +311,13 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	}
 
 	return &Dispatcher{
-		drainer: newDrainer(pool, client, &c, worker.MaxAttempts()),
-		logger:  c.Logger,
-		pool:    pool,
-		river:   client,
-		stopTO:  c.EffectTimeout,
-		worker:  worker,
+		drainer:   newDrainer(pool, client, &c, worker.MaxAttempts()),
+		heartbeat: newHeartbeat(pool, &c, client.ID()),
+		logger:    c.Logger,
+		pool:      pool,
+		river:     client,
+		stopTO:    c.EffectTimeout,
+		worker:    worker,
 	}, nil
 }
 
@@ -325,12 +341,18 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		// The workers' batchers are closed for good; make a new Dispatcher.
 		return errors.New("dispatcher: cannot be started again once stopped")
 	}
+	// Registered before River fetches anything, so that every job this
+	// client runs is taken over at once should the process die.
+	if err := d.heartbeat.start(ctx); err != nil {
+		return err
+	}
 	d.worker.Start()
 	// River treats the end of Start's context as a hard stop that cancels
 	// running attempts. Stopping is Stop's job, which is graceful; so River
 	// gets a context that never ends.
 	if err := d.river.Start(context.WithoutCancel(ctx)); err != nil {
 		d.worker.Stop()
+		d.heartbeat.stop(context.WithoutCancel(ctx))
 		return fmt.Errorf("error starting River: %w", err)
 	}
 	drainCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -339,6 +361,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	go func() {
 		defer close(d.drainDone)
 		d.drainer.run(drainCtx)
+	}()
+	d.heartbeatDone = make(chan struct{})
+	go func() {
+		defer close(d.heartbeatDone)
+		d.heartbeat.run(drainCtx)
 	}()
 	return nil
 }
@@ -355,6 +382,10 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	}
 	d.cancel()
 	<-d.drainDone
+	// The heartbeat stops beating here, but its session (and lock) is kept
+	// until River has stopped: the attempts still running are this live
+	// process's, not a dead one's.
+	<-d.heartbeatDone
 
 	softCtx, cancel := context.WithTimeout(ctx, d.stopTO)
 	err := d.river.Stop(softCtx)
@@ -366,6 +397,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		}
 	}
 	d.worker.Stop()
+	d.heartbeat.stop(ctx)
 	d.cancel = nil
 	d.stopped = true
 	return nil

@@ -29,6 +29,8 @@ type Queries struct {
 	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
 	sqlRulesDelete, sqlRulesInsert, sqlRules                                                  string
 	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                 string
+	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                         string
+	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
 }
 
 // New returns the statements of schema, rendered once.
@@ -45,6 +47,7 @@ func New(schema string) *Queries {
 	q.renderRecentAction(r)
 	q.renderApproval(r)
 	q.renderBatch(r)
+	q.renderProcess(r)
 	return q
 }
 

@@ -1,0 +1,2 @@
+-- Jobs of dead processes are then left to River's rescuer again.
+DROP TABLE IF EXISTS {{schema}}.outbox_process;
