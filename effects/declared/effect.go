@@ -125,6 +125,30 @@ func (e *Effect) DedupeWindow() time.Duration {
 	return max(e.window-e.request.timeout, 0)
 }
 
+// CheckApprovalRule checks an approval rule's argument (OUTBOX_APPROVAL)
+// against the declared schema: arg must be a top-level property, and a
+// numeric comparison (numeric) needs a number or integer property. An empty
+// arg (every intent of the effect) is always valid.
+func (e *Effect) CheckApprovalRule(arg string, numeric bool) error {
+	if arg == "" {
+		return nil
+	}
+	var schema struct {
+		Properties map[string]struct {
+			Type any `json:"type"`
+		} `json:"properties"`
+	}
+	_ = json.Unmarshal(e.schemaJSON, &schema)
+	prop, ok := schema.Properties[arg]
+	if !ok {
+		return fmt.Errorf("effect %s has no top-level argument %q in its declared schema", e.name, arg)
+	}
+	if numeric && prop.Type != "number" && prop.Type != "integer" {
+		return fmt.Errorf("effect %s: argument %q is not declared a number or integer, so it cannot be compared with < or >", e.name, arg)
+	}
+	return nil
+}
+
 // ValidateArgs implements effects.Effect with the declared JSON Schema.
 func (e *Effect) ValidateArgs(args json.RawMessage) error {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))

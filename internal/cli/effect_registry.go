@@ -248,7 +248,36 @@ func buildRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger, s *prov
 	for _, e := range declaredEffects {
 		enabled = append(enabled, e)
 	}
-	return effects.NewRegistry(enabled...)
+	registry, err := effects.NewRegistry(enabled...)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDeclaredApprovalRules(cfg, registry); err != nil {
+		return nil, err
+	}
+	return registry, nil
+}
+
+// checkDeclaredApprovalRules refuses an OUTBOX_APPROVAL rule on a declared
+// effect that names an argument its schema does not have at the top level,
+// or compares a non-numeric one with < or >: such a rule would never match,
+// and the charges it was meant to hold would run unapproved.
+func checkDeclaredApprovalRules(cfg *Config, registry *effects.Registry) error {
+	for _, r := range cfg.ApprovalRules() {
+		e, ok := registry.Get(r.Effect)
+		if !ok {
+			continue
+		}
+		d, ok := e.(*declared.Effect)
+		if !ok {
+			continue
+		}
+		numeric := r.Op == ">" || r.Op == ">=" || r.Op == "<" || r.Op == "<="
+		if err := d.CheckApprovalRule(r.Arg, numeric); err != nil {
+			return &ConfigError{Var: envName("Approval"), Message: "rule " + r.String() + ": " + err.Error()}
+		}
+	}
+	return nil
 }
 
 // declaredRuleErrors is outbox_declared_rule_errors_total: outcome rules of

@@ -86,3 +86,29 @@ func TestEffectsCommands(t *testing.T) {
 		require.Contains(t, res.stderr, "broken.yaml:2: effect ping: description: required")
 	})
 }
+
+// An approval rule on a declared effect must name a top-level argument of
+// its schema, and a numeric comparison a numeric one: the configuration is
+// refused (serve, mcp, enqueue and effects list build the same effects),
+// naming OUTBOX_APPROVAL.
+func TestApprovalRulesOnDeclaredEffects(t *testing.T) {
+	t.Parallel()
+
+	file := writeFile(t, "effects.yaml", declaredFile)
+	env := map[string]string{
+		"STRIPE_KEY": "sk_x", "PING_URL": "http://127.0.0.1:9", "PING_TOKEN": "t",
+		"OUTBOX_EFFECTS_FILE": file,
+	}
+	for rule, want := range map[string]string{
+		"refund:amout>=100":    `has no top-level argument "amout"`,
+		"refund:reason>=100":   `argument "reason" is not declared a number or integer`,
+		"ping:note=x,refund:x=1": `has no top-level argument "x"`,
+	} {
+		res := runEnv(t, with(env, "OUTBOX_APPROVAL", rule), nil, "effects", "list")
+		require.Equal(t, 1, res.code, rule)
+		require.Contains(t, res.stderr, "OUTBOX_APPROVAL", rule)
+		require.Contains(t, res.stderr, want, rule)
+	}
+	res := runEnv(t, with(env, "OUTBOX_APPROVAL", "refund:amount>=10000,ping"), nil, "effects", "list")
+	require.Equal(t, 0, res.code, res.stderr)
+}
