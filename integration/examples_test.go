@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -127,6 +128,54 @@ func TestExamplesTypeScript(t *testing.T) {
 		require.Equal(t, []bool{false, true, true}, out.Duplicates)
 		require.Equal(t, "awaiting_approval", out.State)
 		require.Zero(t, held.sb.Stripe.Effects(), "nothing charged before a person approves")
+	})
+}
+
+// newExamplesDeclaredEnv serves examples/effects.yaml's declared
+// support_ticket against the sandbox's Zendesk stand-in.
+func newExamplesDeclaredEnv(t *testing.T) (*providerEnv, *process) {
+	t.Helper()
+	file, err := filepath.Abs(filepath.Join("..", "examples", "effects.yaml"))
+	require.NoError(t, err)
+	p := newProviderEnv(t, false, "OUTBOX_EFFECTS_FILE="+file)
+	srv := p.serve("ZENDESK_URL="+p.sb.Zendesk.URL(), "ZENDESK_AUTH="+base64.StdEncoding.EncodeToString([]byte("agent@example.com/token:zendesk-token")))
+	return p, srv
+}
+
+// checkDeclaredOutcome: two calls, one intent, one ticket at the stand-in.
+func checkDeclaredOutcome(t *testing.T, p *providerEnv, out *exampleOutcome) {
+	t.Helper()
+	require.Len(t, out.IntentIDs, 2)
+	require.Equal(t, out.IntentIDs[0], out.IntentIDs[1], "the retry named the first intent")
+	require.Equal(t, []bool{false, true}, out.Duplicates)
+	require.Equal(t, "succeeded", out.State)
+	require.JSONEq(t, `{"id": 1}`, string(out.Result), "the ticket's id, kept through the declaration's result")
+	require.Equal(t, 1, p.sb.Zendesk.Effects(), "one ticket")
+}
+
+func TestExamplesDeclaredEffect(t *testing.T) {
+	t.Parallel()
+	t.Run("TypeScript", func(t *testing.T) {
+		t.Parallel()
+		requireTool(t, "node", "cd examples/typescript && npm ci", "typescript/node_modules/tsx")
+		p, srv := newExamplesDeclaredEnv(t)
+		out := runExample(t, srv, "typescript", "npx", "tsx", "declared.ts")
+		require.Equal(t, "declared", out.Example)
+		checkDeclaredOutcome(t, p, out)
+	})
+	t.Run("Python", func(t *testing.T) {
+		t.Parallel()
+		requireTool(t, "python3", "install Python 3 with requests", "python/declared_effect.py")
+		if err := exec.Command("python3", "-c", "import requests").Run(); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatal("python3 has no requests module")
+			}
+			t.Skip("python3 has no requests module")
+		}
+		p, srv := newExamplesDeclaredEnv(t)
+		out := runExample(t, srv, "python", "python3", "declared_effect.py")
+		require.Equal(t, "python-declared", out.Example)
+		checkDeclaredOutcome(t, p, out)
 	})
 }
 
