@@ -17,7 +17,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,16 +28,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/effects/noop"
-	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/migrations"
-	"github.com/outbox-dev/outbox/outbox"
-	"github.com/outbox-dev/outbox/workers"
 )
 
 // Config configures a run.
@@ -118,256 +110,6 @@ func (r *Result) String() string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// system is one side of the comparison, set up in a schema of its own.
-type system interface {
-	// insert commits one unit in its own transaction and returns its id.
-	insert(ctx context.Context, i int) (id int64, err error)
-	// completed delivers the ids of units as their River jobs complete.
-	completed() <-chan int64
-	// terminal delivers the ids of units as they reach their terminal
-	// state, before their jobs complete; nil when that is completion.
-	terminal() <-chan int64
-	stop(ctx context.Context) error
-}
-
-// NoopArgs is the plain-River baseline's job.
-type NoopArgs struct {
-	N int `json:"n"`
-}
-
-// Kind implements river.JobArgs.
-func (NoopArgs) Kind() string { return "bench_noop" }
-
-type noopWorker struct {
-	river.WorkerDefaults[NoopArgs]
-}
-
-func (noopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil }
-
-// riverConfig is the baseline's River configuration. It is tuned like the
-// dispatcher's River client (the same fetch cooldown, fetch poll interval and
-// workers per queue), so that the comparison is of the work per unit, not of
-// River's settings: with River's default 100 ms cooldown, 50 workers cap any
-// queue at 500 jobs/s, and with its 1 s poll a run's last jobs may wait a
-// second (dispatcher.Config.FetchPollInterval).
-func riverConfig(schema string, workers int) *river.Config {
-	return &river.Config{
-		FetchCooldown:     dispatcher.FetchCooldownDefault,
-		FetchPollInterval: dispatcher.FetchPollIntervalDefault,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
-		Schema:            schema,
-	}
-}
-
-type riverSystem struct {
-	client *river.Client[pgx.Tx]
-	pool   *pgxpool.Pool
-	events <-chan *river.Event
-	cancel func()
-	out    chan int64
-	// opts are each insert's options: unique by args, or none.
-	opts *river.InsertOpts
-	// noCallerTx inserts with Insert, River's own transaction.
-	noCallerTx bool
-}
-
-func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cfg *Config) (*riverSystem, error) {
-	ws := river.NewWorkers()
-	river.AddWorker(ws, noopWorker{})
-	rc := riverConfig(schema, cfg.Workers)
-	rc.Workers = ws
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	if err != nil {
-		return nil, err
-	}
-	s := &riverSystem{client: client, pool: pool, out: make(chan int64, 1024), noCallerTx: kind.NoCallerTx}
-	if kind.Unique {
-		s.opts = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
-	}
-	s.events, s.cancel = client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
-	go func() {
-		defer close(s.out)
-		for ev := range s.events {
-			s.out <- ev.Job.ID
-		}
-	}()
-	if err := client.Start(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *riverSystem) insert(ctx context.Context, i int) (int64, error) {
-	if s.noCallerTx {
-		res, err := s.client.Insert(ctx, NoopArgs{N: i}, s.opts)
-		if err != nil {
-			return 0, err
-		}
-		return res.Job.ID, nil
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	res, err := s.client.InsertTx(ctx, tx, NoopArgs{N: i}, s.opts)
-	if err != nil {
-		return 0, err
-	}
-	if res.UniqueSkippedAsDuplicate {
-		return 0, fmt.Errorf("bench: job %d was taken for a duplicate", i)
-	}
-	return res.Job.ID, tx.Commit(ctx)
-}
-
-func (s *riverSystem) completed() <-chan int64 { return s.out }
-
-func (s *riverSystem) terminal() <-chan int64 { return nil }
-
-func (s *riverSystem) stop(ctx context.Context) error {
-	err := s.client.Stop(ctx)
-	s.cancel()
-	return err
-}
-
-type outboxSystem struct {
-	client *outbox.Client
-	disp   *dispatcher.Dispatcher
-	effect string
-	pool   *pgxpool.Pool
-	events <-chan *river.Event
-	cancel func()
-	out    chan int64
-	run    int64
-	// term receives the ids of intents that succeeded, from their state
-	// changes' notifications; stopListen ends the listener.
-	term       chan int64
-	stopListen func()
-	// noCallerTx enqueues with Enqueue (the HTTP API's way).
-	noCallerTx bool
-}
-
-func newOutboxSystem(ctx context.Context, pool *pgxpool.Pool, schema, effect string, kind Kind, cfg *Config) (*outboxSystem, error) {
-	guarantee := kind.Guarantee
-	e, err := noop.New(&noop.Config{Name: effect, Guarantee: guarantee})
-	if err != nil {
-		return nil, err
-	}
-	reg, err := effects.NewRegistry(e)
-	if err != nil {
-		return nil, err
-	}
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
-	if err != nil {
-		return nil, err
-	}
-	disp, err := dispatcher.New(pool, &dispatcher.Config{
-		DisableBatchFirstAttempts: !kind.BatchFirstAttempts,
-		Effects:                   reg, Schema: schema, Workers: cfg.Workers,
-	})
-	if err != nil {
-		return nil, err
-	}
-	s := &outboxSystem{client: client, disp: disp, effect: effect, pool: pool, out: make(chan int64, 1024), run: rand.Int64(), noCallerTx: kind.NoCallerTx,
-		// Room for every unit: the listener must never block.
-		term: make(chan int64, cfg.Count+warmUpUnits)}
-	listenCtx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
-	listening := make(chan struct{})
-	var once sync.Once
-	listenDone := make(chan struct{})
-	go func() {
-		defer close(listenDone)
-		intentdb.Listen(listenCtx, pool, &intentdb.ListenerConfig{
-			Channel:       intentdb.ChannelChanged(schema),
-			Name:          "bench",
-			ListeningFunc: func() { once.Do(func() { close(listening) }) },
-			NotifyFunc: func(payload string) {
-				if state, ids, ok := intentdb.ParseChanged(payload); ok && state == string(outbox.StateSucceeded) {
-					for _, id := range ids {
-						select {
-						case s.term <- id:
-						default: // more than the run's units: not ours
-						}
-					}
-				}
-			},
-		})
-	}()
-	s.stopListen = func() { stopListen(); <-listenDone }
-	select {
-	case <-listening:
-	case <-time.After(30 * time.Second):
-		s.stopListen()
-		return nil, errors.New("bench: the state-change listener did not start")
-	}
-	s.events, s.cancel = disp.River().SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
-	go func() {
-		defer close(s.out)
-		for ev := range s.events {
-			// A noop never fails, so a batch job completes with every
-			// intent of it ended.
-			var args struct {
-				IntentID  int64   `json:"intent_id"`
-				IntentIDs []int64 `json:"intent_ids"`
-			}
-			switch ev.Job.Kind {
-			case workers.IntentArgs{}.Kind():
-				if json.Unmarshal(ev.Job.EncodedArgs, &args) == nil {
-					s.out <- args.IntentID
-				}
-			case workers.IntentBatchArgs{}.Kind():
-				if json.Unmarshal(ev.Job.EncodedArgs, &args) == nil {
-					for _, id := range args.IntentIDs {
-						s.out <- id
-					}
-				}
-			}
-		}
-	}()
-	if err := disp.Start(ctx); err != nil {
-		s.cancel()
-		s.stopListen()
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *outboxSystem) insert(ctx context.Context, i int) (int64, error) {
-	params := &outbox.EnqueueParams{
-		Key:    fmt.Sprintf("bench-%x-%d", s.run, i),
-		Effect: s.effect,
-		Args:   map[string]any{"n": i},
-	}
-	if s.noCallerTx {
-		res, err := s.client.Enqueue(ctx, params)
-		if err != nil {
-			return 0, err
-		}
-		return res.Intent.ID, nil
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	res, err := s.client.EnqueueTx(ctx, tx, params)
-	if err != nil {
-		return 0, err
-	}
-	return res.Intent.ID, tx.Commit(ctx)
-}
-
-func (s *outboxSystem) completed() <-chan int64 { return s.out }
-
-func (s *outboxSystem) terminal() <-chan int64 { return s.term }
-
-func (s *outboxSystem) stop(ctx context.Context) error {
-	err := s.disp.Stop(ctx)
-	s.cancel()
-	s.stopListen()
-	return err
-}
 
 // measure drives count units through sys from cfg.Clients callers, paced at
 // offered units per second in all (0: unpaced), and waits for all to complete.
@@ -565,21 +307,38 @@ type Kind struct {
 	// (which opens one of its own), outbox's Enqueue (concurrent calls
 	// share one, as the HTTP API's enqueues do).
 	NoCallerTx bool
+	// HandWritten is what a River user writes by hand: an intents table
+	// with a unique key, a row and River's InsertTx in the caller's
+	// transaction, a worker that updates the row.
+	HandWritten bool
 }
 
-// Kinds are the systems Compare measures: the baseline first. The lanes
-// without a caller's transaction come last, River's first, so that each
-// outbox lane has a River lane that inserts the same way
-// (Comparison.RatioLikeForLike).
+// Lane names of Kinds, which outboxd bench --json reports.
+const (
+	LaneRiverInsertTx      = "river InsertTx"
+	LaneOutbox             = "outbox"
+	LaneHandWritten        = "hand-written outbox on River"
+	LaneRiverInsert        = "river Insert (no caller tx)"
+	LaneOutboxNoCallerTx   = "outbox (no caller tx)"
+	LaneOutboxJobPerIntent = "outbox, a job per intent"
+)
+
+// Kinds are the systems Compare measures: the baseline first. "outbox" is
+// the default configuration (a deduplicated effect, first attempts in
+// batches); "outbox, a job per intent" is the same with batches off
+// (OUTBOX_BATCH_FIRST_ATTEMPTS=false), and the at-most-once lane is what
+// every claimed effect costs. The lanes without a caller's transaction come
+// last, River's first, so that each outbox lane has a River lane that
+// inserts the same way (Comparison.RatioLikeForLike).
 var Kinds = []Kind{
-	{Name: "river InsertTx"},
+	{Name: LaneRiverInsertTx},
+	{Name: LaneOutbox, Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true},
+	{Name: LaneHandWritten, HandWritten: true},
 	{Name: "river InsertTx, unique ByArgs", Unique: true},
-	{Name: "outbox noop (deduplicated)", Guarantee: effects.GuaranteeDeduplicated},
-	{Name: "outbox noop_at_most_once", Guarantee: effects.GuaranteeAtMostOnce},
-	{Name: "outbox noop, batched (experiment)", Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true},
-	{Name: "river Insert (no caller tx)", NoCallerTx: true},
-	{Name: "outbox noop (no caller tx)", Guarantee: effects.GuaranteeDeduplicated, NoCallerTx: true},
-	{Name: "outbox noop, batched (experiment, no caller tx)", Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true, NoCallerTx: true},
+	{Name: LaneOutboxJobPerIntent, Guarantee: effects.GuaranteeDeduplicated},
+	{Name: "outbox, at most once", Guarantee: effects.GuaranteeAtMostOnce},
+	{Name: LaneRiverInsert, NoCallerTx: true},
+	{Name: LaneOutboxNoCallerTx, Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true, NoCallerTx: true},
 }
 
 // Run measures one kind in a fresh schema, which it drops afterwards.
@@ -599,9 +358,12 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 		sys system
 		err error
 	)
-	if kind.Guarantee == "" {
+	switch {
+	case kind.HandWritten:
+		sys, err = newHandWrittenSystem(ctx, pool, schema, cfg)
+	case kind.Guarantee == "":
 		sys, err = newRiverSystem(ctx, pool, schema, kind, cfg)
-	} else {
+	default:
 		sys, err = newOutboxSystem(ctx, pool, schema, "noop", kind, cfg)
 	}
 	if err != nil {
@@ -719,11 +481,22 @@ func (c *Comparison) Ratio(i int) float64 { return c.Max[i].Rate / c.Max[0].Rate
 // where no such lane was measured.
 func (c *Comparison) RatioLikeForLike(i int) float64 {
 	for j, k := range c.Kinds {
-		if k.Guarantee == "" && !k.Unique && k.NoCallerTx == c.Kinds[i].NoCallerTx {
+		if k.Guarantee == "" && !k.Unique && !k.HandWritten && k.NoCallerTx == c.Kinds[i].NoCallerTx {
 			return c.Max[i].Rate / c.Max[j].Rate
 		}
 	}
 	return c.Ratio(i)
+}
+
+// RatioTo is Max[i]'s rate over that of the lane called name, or 0 when no
+// such lane was measured.
+func (c *Comparison) RatioTo(i int, name string) float64 {
+	for j, k := range c.Kinds {
+		if k.Name == name {
+			return c.Max[i].Rate / c.Max[j].Rate
+		}
+	}
+	return 0
 }
 
 // Compare measures every kind's maximum rate, then every kind's latency at

@@ -18,30 +18,42 @@ import (
 
 var cmdBench = &command{
 	name: "bench",
-	args: "[--count N] [--clients N] [--workers N] [--json]",
+	args: "[--count N] [--clients N] [--workers N] [--batch-count N] [--json]",
 	doc: `Measures, on DATABASE_URL, how fast outbox runs against plain River on the
 same database at the same moment: each lane records --count units from
---clients callers, one unit per transaction, and runs them with a no-op (River:
-one InsertTx a transaction and a no-op job; outbox: one EnqueueTx and the noop
-effect, through the dispatcher, counted once the outcome is durable). Lanes:
-plain River, River with unique jobs (UniqueOpts ByArgs, the closest River gets
-to deduplication), outbox with a deduplicated effect, outbox with an
-at-most-once one, outbox with first attempts in batches (an experiment); then,
-without a caller's transaction, River's Insert (a transaction of its own) and
-outbox's Enqueue (concurrent calls share a transaction, as the HTTP API's
-enqueues do), plain and batched. Each lane's maximum rate is measured first,
-then its commit-to-terminal latency at half of plain River's maximum rate
-(terminal: River's job completed, outbox's intent terminal; "job p99" is
-outbox's River job completed, which comes after); last, batch inserts of
-1,000 a transaction (River's InsertManyTx, outbox's EnqueueManyTx).
+--clients callers, one unit per transaction, and runs them with a no-op,
+counted once the outcome is durable. The lanes, by their names in --json:
+
+  river InsertTx                 plain River: one InsertTx a caller's
+                                 transaction, a no-op job (the baseline)
+  outbox                         outbox as it ships: one EnqueueTx a caller's
+                                 transaction, a deduplicated no-op effect,
+                                 first attempts in batches
+  hand-written outbox on River   what a River user writes by hand: an intents
+                                 row with a unique key and InsertTx in the
+                                 caller's transaction, a worker updating it
+  river InsertTx, unique ByArgs  River's own deduplication
+  outbox, a job per intent       outbox with OUTBOX_BATCH_FIRST_ATTEMPTS=false
+  outbox, at most once           a claimed effect (written before the call)
+  river Insert (no caller tx)    River's Insert, a transaction of its own
+  outbox (no caller tx)          outbox's Enqueue, as the HTTP API enqueues
+                                 (concurrent calls share a transaction)
+
+Each lane's maximum rate is measured first, then its commit-to-terminal
+latency at half of plain River's maximum rate (terminal: River's job
+completed, outbox's intent terminal; "job p99" is outbox's River job
+completed, which comes after); last, batch inserts, --batch-count rows 1,000 a
+transaction (River's InsertManyTx, outbox's EnqueueManyTx).
 
 Each lane works in a schema of its own (outboxd_bench_ and a random suffix),
 dropped afterwards, even on Ctrl-C; nothing else in the database is touched.
 Progress goes to stderr; the table (or with --json the figures) to stdout.
 Ratios are against plain River measured in the same run: compare ratios, not
 rates, across machines. "Like for like" sets each lane against River's lane
-that inserts the same way (in a caller's transaction or without one). Peak
-RSS is this process's (callers, River, dispatcher).
+that inserts the same way (in a caller's transaction or without one);
+"x hand-written" against the hand-written lane. The targets of docs/design.md
+section 5 are checked and printed last. Peak RSS is this process's (callers,
+River, dispatcher).
 Expect a few minutes with the defaults on a small machine.`,
 }
 
@@ -53,6 +65,7 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	count := fs.Int("count", 10_000, "units per lane, `N`")
 	clients := fs.Int("clients", 16, "concurrent callers, `N`")
 	workersN := fs.Int("workers", 50, "River workers per queue on every lane, `N`")
+	batchCount := fs.Int("batch-count", 50_000, "rows of the batch lanes, 1,000 a transaction, `N`")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	if _, err := a.parse(cmdBench, fs, args, 0, 0); err != nil {
 		return err
@@ -60,7 +73,7 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	for _, f := range []struct {
 		name      string
 		v, lo, hi int
-	}{{"count", *count, 100, 10_000_000}, {"clients", *clients, 1, 1000}, {"workers", *workersN, 1, workersMax}} {
+	}{{"count", *count, 100, 10_000_000}, {"clients", *clients, 1, 1000}, {"workers", *workersN, 1, workersMax}, {"batch-count", *batchCount, 1000, 10_000_000}} {
 		if f.v < f.lo || f.v > f.hi {
 			return &usageError{cmd: cmdBench.name, msg: fmt.Sprintf("--%s must be from %d to %d", f.name, f.lo, f.hi)}
 		}
@@ -83,7 +96,9 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	c, err := bench.Compare(ctx, pool, bench.Kinds, bcfg)
 	if err == nil {
 		var batch *bench.BatchComparison
-		if batch, err = bench.CompareBatch(ctx, pool, bcfg); err == nil {
+		batchCfg := *bcfg
+		batchCfg.Count = *batchCount
+		if batch, err = bench.CompareBatch(ctx, pool, &batchCfg); err == nil {
 			progress.finish()
 			return a.printBench(c, batch, *asJSON)
 		}
@@ -103,6 +118,8 @@ type benchReport struct {
 	OfferedRate float64                `json:"offered_rate_per_s"`
 	Batch       *bench.BatchComparison `json:"batch"`
 	BatchRatio  float64                `json:"batch_ratio"`
+	// Targets are docs/design.md's performance targets, as measured.
+	Targets []benchTarget `json:"targets"`
 }
 
 type benchLane struct {
@@ -114,32 +131,96 @@ type benchLane struct {
 	// RatioLikeForLike is the lane's maximum rate over that of River's
 	// lane that inserts the same way (in a caller's transaction or not).
 	RatioLikeForLike float64 `json:"ratio_like_for_like"`
+	// RatioToHandWritten is the lane's maximum rate over the hand-written
+	// outbox's.
+	RatioToHandWritten float64 `json:"ratio_to_hand_written"`
+}
+
+// benchTarget is one target and whether this run met it.
+type benchTarget struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	// Bound is the target: at least Bound, or at most when AtMost.
+	Bound  float64 `json:"bound"`
+	AtMost bool    `json:"at_most,omitempty"`
+	Met    bool    `json:"met"`
+}
+
+// benchTargets checks docs/design.md section 5's targets against a run.
+func benchTargets(c *bench.Comparison, batch *bench.BatchComparison) []benchTarget {
+	lane := func(name string) int {
+		for i, k := range c.Kinds {
+			if k.Name == name {
+				return i
+			}
+		}
+		return -1
+	}
+	out, noTx, river := lane(bench.LaneOutbox), lane(bench.LaneOutboxNoCallerTx), lane(bench.LaneRiverInsertTx)
+	var targets []benchTarget
+	add := func(name string, value, bound float64, atMost bool) {
+		met := value >= bound
+		if atMost {
+			met = value <= bound
+		}
+		targets = append(targets, benchTarget{Name: name, Value: value, Bound: bound, AtMost: atMost, Met: met})
+	}
+	if noTx >= 0 {
+		add("(a) outbox (no caller tx) over river Insert (no caller tx)", c.RatioLikeForLike(noTx), 1.2, false)
+	}
+	if out >= 0 {
+		add("(b) outbox over river InsertTx", c.RatioLikeForLike(out), 1.0, false)
+		add("(c) outbox over the hand-written outbox on River", c.RatioTo(out, bench.LaneHandWritten), 1.5, false)
+		if river >= 0 && c.Paced[river].P99 > 0 {
+			add("(d) outbox's p99 commit-to-terminal at half River's maximum over River's", float64(c.Paced[out].P99)/float64(c.Paced[river].P99), 1.0, true)
+		}
+	}
+	add("(e) EnqueueManyTx over InsertManyTx (1,000 a transaction)", batch.Ratio(), 1.0, false)
+	maxRSS := int64(0)
+	for _, r := range c.Max {
+		maxRSS = max(maxRSS, r.PeakRSS)
+	}
+	add("peak RSS of the bench process, MB (serve alone is less: docs/design.md)", float64(maxRSS)/(1<<20), 64, true)
+	return targets
 }
 
 func (a *app) printBench(c *bench.Comparison, batch *bench.BatchComparison, asJSON bool) error {
-	report := benchReport{OfferedRate: c.OfferedRate, Batch: batch, BatchRatio: batch.Ratio()}
-	for i, k := range bench.Kinds {
-		report.Lanes = append(report.Lanes, benchLane{Name: k.Name, Max: c.Max[i], Paced: c.Paced[i], Ratio: c.Ratio(i), RatioLikeForLike: c.RatioLikeForLike(i)})
+	report := benchReport{OfferedRate: c.OfferedRate, Batch: batch, BatchRatio: batch.Ratio(), Targets: benchTargets(c, batch)}
+	for i, k := range c.Kinds {
+		report.Lanes = append(report.Lanes, benchLane{Name: k.Name, Max: c.Max[i], Paced: c.Paced[i], Ratio: c.Ratio(i),
+			RatioLikeForLike: c.RatioLikeForLike(i), RatioToHandWritten: c.RatioTo(i, bench.LaneHandWritten)})
 	}
 	if asJSON {
 		return writeJSON(a.stdout, report)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "lane\tmax rate/s\tx plain River\tlike for like\tp50 ms\tp99 ms\tjob p99 ms\tpeak RSS MB\t\n")
+	fmt.Fprintf(tw, "lane\tmax rate/s\tx plain River\tlike for like\tx hand-written\tp50 ms\tp99 ms\tjob p99 ms\tpeak RSS MB\t\n")
 	for _, l := range report.Lanes {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t\n", l.Name, l.Max.Rate, l.Ratio, l.RatioLikeForLike,
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t\n", l.Name, l.Max.Rate, l.Ratio, l.RatioLikeForLike, l.RatioToHandWritten,
 			ms(l.Paced.P50), ms(l.Paced.P99), ms(l.Paced.JobP99), float64(l.Max.PeakRSS)/(1<<20))
 	}
-	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%.0f\t\n", batch.River.Name+" (1,000/tx)", batch.River.Rate, "-", 1.0, "-", "-", "-", float64(batch.River.PeakRSS)/(1<<20))
-	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%.0f\t\n", batch.Outbox.Name+" (1,000/tx)", batch.Outbox.Rate, "-", batch.Ratio(), "-", "-", "-", float64(batch.Outbox.PeakRSS)/(1<<20))
+	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t\n", batch.River.Name+" (1,000/tx)", batch.River.Rate, "-", 1.0, "-", "-", "-", "-", float64(batch.River.PeakRSS)/(1<<20))
+	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t\n", batch.Outbox.Name+" (1,000/tx)", batch.Outbox.Rate, "-", batch.Ratio(), "-", "-", "-", "-", float64(batch.Outbox.PeakRSS)/(1<<20))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(a.stdout, "\np50 and p99: commit to terminal, at %.0f units/s (half of plain River's maximum): River's job completed,\n"+
+	if _, err := fmt.Fprintf(a.stdout, "\np50 and p99: commit to terminal, at %.0f units/s (half of plain River's maximum): River's job completed,\n"+
 		"or outbox's intent terminal; job p99: commit to the River job completed (after the intent, for outbox).\n"+
 		"Like for like: against River's lane that inserts the same way (in a caller's transaction or without one).\n"+
-		"Batch rows: inserts only, 1,000 a transaction; their ratio is against River's InsertManyTx.\n", c.OfferedRate)
-	return err
+		"Batch rows: inserts only, 1,000 a transaction; their ratio is against River's InsertManyTx.\n\nTargets (docs/design.md, section 5):\n", c.OfferedRate); err != nil {
+		return err
+	}
+	for _, t := range report.Targets {
+		op, verdict := ">=", "met"
+		if t.AtMost {
+			op = "<="
+		}
+		if !t.Met {
+			verdict = "NOT met"
+		}
+		fmt.Fprintf(a.stdout, "  %-78s %6.2f (%s %.2f) %s\n", t.Name, t.Value, op, t.Bound, verdict)
+	}
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

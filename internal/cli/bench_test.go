@@ -19,13 +19,14 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 2, res.code)
 	require.Contains(t, res.stderr, "--count must be from 100")
 
-	res = runEnv(t, env, nil, "bench", "--count", "200", "--clients", "4", "--workers", "5", "--json")
+	res = runEnv(t, env, nil, "bench", "--count", "200", "--clients", "4", "--workers", "5", "--batch-count", "1000", "--json")
 	require.Equal(t, 0, res.code, res.stderr)
 	var report struct {
 		Lanes []struct {
 			Name             string  `json:"name"`
 			Ratio            float64 `json:"ratio"`
 			RatioLikeForLike float64 `json:"ratio_like_for_like"`
+			RatioHandWritten float64 `json:"ratio_to_hand_written"`
 			Max              struct {
 				Count   int     `json:"count"`
 				Rate    float64 `json:"rate_per_s"`
@@ -46,6 +47,10 @@ func TestBench(t *testing.T) {
 			} `json:"outbox"`
 		} `json:"batch"`
 		BatchRatio float64 `json:"batch_ratio"`
+		Targets    []struct {
+			Name  string  `json:"name"`
+			Value float64 `json:"value"`
+		} `json:"targets"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &report), res.stdout)
 	require.Len(t, report.Lanes, 8)
@@ -60,14 +65,21 @@ func TestBench(t *testing.T) {
 	}
 	// The lanes without a caller's transaction are set against River's
 	// Insert, the others against InsertTx.
-	require.Equal(t, "river Insert (no caller tx)", report.Lanes[5].Name)
+	names := make([]string, len(report.Lanes))
+	for i, l := range report.Lanes {
+		names[i] = l.Name
+	}
+	require.Equal(t, []string{"river InsertTx", "outbox", "hand-written outbox on River", "river InsertTx, unique ByArgs",
+		"outbox, a job per intent", "outbox, at most once", "river Insert (no caller tx)", "outbox (no caller tx)"}, names)
 	for i, l := range report.Lanes {
 		base := report.Lanes[0].Max.Rate
-		if i >= 5 {
-			base = report.Lanes[5].Max.Rate
+		if i >= 6 {
+			base = report.Lanes[6].Max.Rate
 		}
 		require.InDelta(t, l.Max.Rate/base, l.RatioLikeForLike, 1e-9, l.Name)
+		require.InDelta(t, l.Max.Rate/report.Lanes[2].Max.Rate, l.RatioHandWritten, 1e-9, l.Name)
 	}
+	require.Len(t, report.Targets, 6, "targets (a) to (e) and the RSS")
 	require.InDelta(t, report.Lanes[0].Max.Rate/2, report.OfferedRate, 1e-6)
 	require.Positive(t, report.Batch.River.Rate)
 	require.InDelta(t, report.Batch.Outbox.Rate/report.Batch.River.Rate, report.BatchRatio, 1e-9)
