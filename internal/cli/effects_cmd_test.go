@@ -100,8 +100,8 @@ func TestApprovalRulesOnDeclaredEffects(t *testing.T) {
 		"OUTBOX_EFFECTS_FILE": file,
 	}
 	for rule, want := range map[string]string{
-		"refund:amout>=100":    `has no top-level argument "amout"`,
-		"refund:reason>=100":   `argument "reason" is not declared a number or integer`,
+		"refund:amout>=100":      `has no top-level argument "amout"`,
+		"refund:reason>=100":     `argument "reason" is not declared a number or integer`,
 		"ping:note=x,refund:x=1": `has no top-level argument "x"`,
 	} {
 		res := runEnv(t, with(env, "OUTBOX_APPROVAL", rule), nil, "effects", "list")
