@@ -5,21 +5,15 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/outbox-dev/outbox/internal/redact"
 )
 
-// redactedKeys are log attribute keys whose values never reach a log line:
-// an effect's personal fields (addresses, subjects, bodies), whole argument
-// objects, and secrets. Nothing in outbox logs them; this is the net under
-// a line that someone adds later, or a library's.
-var redactedKeys = map[string]bool{
-	"args": true, "arguments": true, "payload": true,
-	"to": true, "cc": true, "bcc": true, "reply_to": true, "requester_email": true, "recipients": true,
-	"subject": true, "text": true, "html": true, "body": true,
-	"api_key": true, "authorization": true, "password": true, "secret": true, "token": true,
-}
-
-// redactedValue replaces the value of a redacted key.
-const redactedValue = "[redacted]"
+// redactedValue replaces the value of a redacted key: an effect's personal
+// fields (addresses, subjects, bodies), whole argument objects, and secrets
+// (redact.Key). Nothing in outbox logs them; this is the net under a line
+// that someone adds later, or a library's.
+const redactedValue = redact.Value
 
 // newLogger returns the logger of cfg: text or JSON on w, at cfg's level,
 // with the values of redactedKeys replaced.
@@ -47,7 +41,7 @@ func newLoggerAt(cfg *Config, w io.Writer, level slog.Level) *slog.Logger {
 
 // redactAttr is the handlers' ReplaceAttr.
 func redactAttr(_ []string, a slog.Attr) slog.Attr {
-	if redactedKeys[strings.ToLower(a.Key)] {
+	if redact.Key(a.Key) {
 		return slog.String(a.Key, redactedValue)
 	}
 	return a
