@@ -93,4 +93,21 @@ func TestActor(t *testing.T) {
 
 	require.Equal(t, "api:local", access.APIActor(access.ActorLocal))
 	require.True(t, strings.HasPrefix(access.CLIActor(), "cli"))
+	require.Equal(t, "console:sha256:0123456789ab", access.ConsoleActor("sha256:0123456789ab"))
+}
+
+func TestMatch(t *testing.T) {
+	t.Parallel()
+
+	tokens := []access.Token{
+		access.NewToken("tok-alpha-0123456789", "alpha", access.RoleAgent),
+		access.NewToken("tok-ops-0123456789ab", "alpha", access.RoleOperator),
+	}
+	got, ok := access.Match(tokens, "tok-ops-0123456789ab")
+	require.True(t, ok)
+	require.Equal(t, tokens[1], got)
+	_, ok = access.Match(tokens, "tok-ops-0123456789a")
+	require.False(t, ok)
+	_, ok = access.Match(nil, "")
+	require.False(t, ok)
 }

@@ -15,6 +15,8 @@ import (
 //     /mcp.
 //   - "cli:" and the operating system's user name (CLIActor): the command
 //     line, and outboxd mcp over stdio, which act as the local user.
+//   - "console:" and the token's fingerprint, the River UI user's name, or
+//     "local" (ConsoleActor): the operator console, for whoever signed in.
 
 // ActorLocal is the name APIActor is given for a request to a server
 // without tokens, which answers only on loopback.
@@ -23,6 +25,12 @@ const ActorLocal = "local"
 // APIActor returns the actor of an API request made with the token whose
 // fingerprint is name (ActorLocal without tokens): "api:" and name.
 func APIActor(name string) string { return "api:" + name }
+
+// ConsoleActor returns the actor of a change made in the operator console
+// by name: the fingerprint of the token its user signed in with, the River
+// UI basic-auth user's name, or ActorLocal for a loopback request to a
+// server without credentials. It is "console:" and name.
+func ConsoleActor(name string) string { return "console:" + name }
 
 // CLIActor returns the actor of the command line's user: "cli:" and the
 // operating system's user name ($USER when it cannot be looked up), or

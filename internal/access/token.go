@@ -2,6 +2,7 @@ package access
 
 import (
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -42,6 +43,24 @@ func (t Token) Fingerprint() string { return "sha256:" + hex.EncodeToString(t.Ha
 // Actor is the audit actor of what the token does: APIActor of its
 // fingerprint.
 func (t Token) Actor() string { return APIActor(t.Fingerprint()) }
+
+// Match returns the token of tokens whose secret is presented, comparing
+// SHA-256 sums in constant time. Every entry is compared, match or not, so
+// that the time taken depends only on the number of tokens configured, not
+// on which one (if any) matched.
+func Match(tokens []Token, presented string) (Token, bool) {
+	sum := sha256.Sum256([]byte(presented))
+	found := -1
+	for i := range tokens {
+		if subtle.ConstantTimeCompare(sum[:], tokens[i].Hash[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Token{}, false
+	}
+	return tokens[found], true
+}
 
 // ParseTokens parses OUTBOX_API_TOKENS: entries separated by commas, each
 // token:namespace[:role] or sha256:<64 hex digits>:namespace[:role].
