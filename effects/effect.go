@@ -92,6 +92,15 @@ type RequestReconciler interface {
 	LookupRequest(ctx context.Context, req *Request, createdAt time.Time) (result json.RawMessage, found bool, err error)
 }
 
+// Declarer is implemented by effects whose request is declared rather than
+// coded (effects/declared): DeclarationSHA256 identifies the declaration in
+// force. An intent that may have been sent under one declaration is never
+// sent again under another (it ends unknown, declaration_changed): the same
+// provider key with a different request could act twice.
+type Declarer interface {
+	DeclarationSHA256() string
+}
+
 // ArgsGuaranteer is implemented by effects whose guarantee depends on the
 // intent's arguments: a webhook is deduplicated when its endpoint dedupes,
 // and at most once otherwise. GuaranteeFor gets valid arguments; Guarantee

@@ -54,6 +54,10 @@ type Situation struct {
 	Exhausted bool
 	// Last is true when this attempt is the last one allowed.
 	Last bool
+	// DeclarationChanged is true when an earlier attempt was sent under
+	// another declaration of the effect (effects.Declarer) than the one in
+	// force.
+	DeclarationChanged bool
 
 	// Found is the look-up's answer (StepLookedUp).
 	Found bool
@@ -93,6 +97,7 @@ type Decision struct {
 //
 //	exhausted, nothing may have been sent         -> failed  (attempts_exhausted)
 //	exhausted, something may have been sent       -> unknown (attempts_exhausted)
+//	maybe sent, another declaration in force       -> unknown (declaration_changed)
 //	lost outcome, at_most_once                    -> unknown (outcome_lost)
 //	lost outcome or maybe sent, reconcilable      -> look up
 //	maybe sent, deduplicated, past the window     -> unknown (dedupe_window_passed)
@@ -130,6 +135,11 @@ func Decide(s Situation) Decision {
 		switch {
 		case s.Exhausted:
 			return exhausted("exhausted")
+		case mayHaveSent && s.DeclarationChanged:
+			// The same provider key with another request: a provider
+			// that dedupes may answer the old request's result, or refuse,
+			// and a look-up may look for the wrong thing.
+			return Decision{State: outbox.StateUnknown, Code: codeDeclarationChanged, Outcome: "unknown", MaybeSent: true}
 		case s.Lost && s.Guarantee == effects.GuaranteeAtMostOnce:
 			return Decision{State: outbox.StateUnknown, Code: codeOutcomeLost, Outcome: "unknown", MaybeSent: true}
 		case (s.Lost || s.MaybeSent) && s.Guarantee == effects.GuaranteeReconcilable:
@@ -182,6 +192,7 @@ func Decide(s Situation) Decision {
 // Error codes the state machine records itself.
 const (
 	codeAttemptsExhausted  = "attempts_exhausted"
+	codeDeclarationChanged = "declaration_changed"
 	codeDedupeWindowPassed = "dedupe_window_passed"
 	codeLookupFailed       = "lookup_failed"
 	codeOutcomeLost        = "outcome_lost"

@@ -220,6 +220,10 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		PastWindow: guarantee == effects.GuaranteeDeduplicated && pastWindow(c.Age, effects.DedupeWindow(effect)),
 		Exhausted:  job.attempt > w.maxAttempts,
 		Last:       job.attempt >= w.maxAttempts,
+		// The declaration an earlier attempt was sent under, against the
+		// one in force now (declared effects only).
+		DeclarationChanged: c.DeclarationSHA256 != "" && declarationOf(w.effects, c.Effect) != "" &&
+			c.DeclarationSHA256 != declarationOf(w.effects, c.Effect),
 	}
 
 	d := Decide(sit)
@@ -302,6 +306,8 @@ func (w *IntentWorker) startMessage(d Decision, effect effects.Effect) string {
 		return "an attempt may have reached the provider and its outcome was lost"
 	case codeDedupeWindowPassed:
 		return "an earlier attempt may have acted and the intent is older than the provider's dedupe window (" + effects.DedupeWindow(effect).String() + ")"
+	case codeDeclarationChanged:
+		return "an earlier attempt may have reached the provider under another declaration of the effect (OUTBOX_EFFECTS_FILE changed): sending the new request under the same provider key could act twice"
 	}
 	return "attempts exhausted"
 }
@@ -349,7 +355,7 @@ func (w *IntentWorker) begin(ctx context.Context, job jobRef) (*claimed, error) 
 		// does not dedupe), or running (left by a version that claimed
 		// deduplicated intents): take the general path below.
 	}
-	out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout)})
+	out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout), decl: declarationOf(w.effects, job.queue)})
 	if err != nil {
 		return nil, err // nothing claimed, nothing sent: River retries
 	}
@@ -456,6 +462,17 @@ func (e *OutcomeNotRecordedError) Error() string {
 // Unwrap returns the database's error.
 func (e *OutcomeNotRecordedError) Unwrap() error { return e.Err }
 
+// declarationOf returns the declaration in force for effect (a declared
+// effect's sha256), or "".
+func declarationOf(registry *effects.Registry, effect string) string {
+	if e, ok := registry.Get(effect); ok {
+		if d, ok := e.(effects.Declarer); ok {
+			return d.DeclarationSHA256()
+		}
+	}
+	return ""
+}
+
 // mayDedupe reports whether e is, or for some arguments can be, deduplicated.
 func mayDedupe(e effects.Effect) bool {
 	if _, ok := e.(effects.ArgsGuaranteer); ok {
@@ -505,6 +522,9 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		// the outcome (a claim records it itself).
 		MaybeSent: d.MaybeSent || c.MaybeSent,
 		KeepLease: d.KeepLease,
+		// A deduplicated attempt is not claimed: its finish records the
+		// declaration it was sent under.
+		DeclarationSHA256: declarationOf(w.effects, c.Effect),
 	}
 	if d.Code != "" {
 		f.Err = intentdb.ErrorJSON(d.Code, message)

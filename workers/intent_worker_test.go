@@ -762,3 +762,75 @@ func TestIntentWorkerGuaranteeFromArgs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, outbox.StateUnknown, got.State)
 }
+
+// declaredTestEffect is a testEffect whose request is declared
+// (effects.Declarer): decl names the declaration in force.
+type declaredTestEffect struct {
+	*testEffect
+	decl string
+}
+
+func (e *declaredTestEffect) DeclarationSHA256() string { return e.decl }
+
+// An intent that may have been sent under one declaration of its effect is
+// never sent again under another: it ends unknown (declaration_changed),
+// neither looked up nor resent. The same intent under an unchanged
+// declaration goes on as usual.
+func TestIntentWorkerDeclarationChanged(t *testing.T) {
+	t.Parallel()
+
+	run := func(t *testing.T, guarantee effects.Guarantee, change bool) (*outbox.Intent, *declaredTestEffect) {
+		t.Helper()
+		pool, schema := testdb.MigratedSchema(t)
+		effect := &declaredTestEffect{testEffect: &testEffect{guarantee: guarantee, window: time.Hour, acted: map[string]int{}}, decl: "sha-a"}
+		reg, err := effects.NewRegistry(effect)
+		require.NoError(t, err)
+		client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+		require.NoError(t, err)
+		worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{EffectTimeout: time.Second, Effects: reg, Schema: schema})
+		require.NoError(t, err)
+		worker.Start()
+		t.Cleanup(worker.Stop)
+		b := &testBundle{client: client, effect: effect.testEffect, pool: pool, schema: schema, worker: worker}
+		// The provider acts every time; the first answer is lost.
+		effect.execute = func(ctx context.Context, req *effects.Request, act func()) (json.RawMessage, error) {
+			act()
+			if req.Attempt == 1 {
+				return nil, effects.Ambiguous("connection_reset", errors.New("reset after the provider acted"))
+			}
+			return json.RawMessage(`{"id":"obj_1"}`), nil
+		}
+		intent := b.enqueue(t, "k")
+		require.Error(t, b.work(intent, 1), "ambiguous: retried")
+		got := b.get(t, "k")
+		if got.LeaseExpiresAt != nil {
+			time.Sleep(time.Until(*got.LeaseExpiresAt) + 50*time.Millisecond)
+		}
+		if change {
+			effect.decl = "sha-b"
+		}
+		_ = b.work(intent, 2)
+		return b.get(t, "k"), effect
+	}
+	for _, g := range []effects.Guarantee{effects.GuaranteeDeduplicated, effects.GuaranteeReconcilable} {
+		t.Run(string(g)+"/Changed", func(t *testing.T) {
+			t.Parallel()
+			got, effect := run(t, g, true)
+			require.Equal(t, outbox.StateUnknown, got.State)
+			require.Equal(t, "declaration_changed", got.Error.Code)
+			require.Equal(t, 1, effect.callCount(), "not sent again")
+			require.Zero(t, effect.lookupCount(), "not looked up under another declaration")
+		})
+		t.Run(string(g)+"/Unchanged", func(t *testing.T) {
+			t.Parallel()
+			got, effect := run(t, g, false)
+			require.Equal(t, outbox.StateSucceeded, got.State)
+			if g == effects.GuaranteeReconcilable {
+				require.Equal(t, 1, effect.callCount(), "found by the look-up")
+				require.Equal(t, 1, effect.lookupCount())
+			} else {
+				require.Equal(t, 2, effect.callCount(), "sent again under the same key, which the provider dedupes")
+			}
+		})
+	}
+}

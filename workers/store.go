@@ -43,6 +43,9 @@ type claimOutcome struct {
 type claimReq struct {
 	id    int64
 	lease time.Duration
+	// decl is the declaration the attempt sends under (a declared
+	// effect's), recorded by the claim; "" for a built-in effect.
+	decl string
 }
 
 // store runs the worker's batches through the intent table's statements.
@@ -55,10 +58,11 @@ type store struct {
 // batch are the same (one effect timeout per process), so the first is used.
 func (s *store) claimBatch(ctx context.Context, reqs []claimReq) ([]claimOutcome, error) {
 	ids := make([]int64, len(reqs))
+	decls := make([]string, len(reqs))
 	for i, r := range reqs {
-		ids[i] = r.id
+		ids[i], decls[i] = r.id, r.decl
 	}
-	byID, err := s.queries.Claim(ctx, s.pool, ids, reqs[0].lease)
+	byID, err := s.queries.Claim(ctx, s.pool, ids, reqs[0].lease, decls)
 	if err != nil {
 		return nil, fmt.Errorf("error claiming intents: %w", err)
 	}

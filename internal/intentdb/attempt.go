@@ -17,7 +17,7 @@ func (q *Queries) renderAttempt(r func(string) string) {
 	// another claim or finish just changed is judged by its new state.
 	q.sqlClaim = r(`
 		WITH old AS (
-			SELECT id, state
+			SELECT id, state, declaration_sha256
 			FROM {{schema}}.outbox_intent
 			WHERE id = ANY($1::bigint[])
 			  AND (state = 'pending' OR (state = 'running' AND coalesce(lease_expires_at, '-infinity') <= now()))
@@ -29,11 +29,14 @@ func (q *Queries) renderAttempt(r func(string) string) {
 			    attempt = t.attempt + 1,
 			    lease_expires_at = now() + $2::interval,
 			    maybe_sent = t.maybe_sent OR old.state = 'running',
+			    -- The declaration this attempt sends under, recorded before
+			    -- the call; the one before is returned for the comparison.
+			    declaration_sha256 = coalesce(nullif(d.decl, ''), t.declaration_sha256),
 			    updated_at = now()
-			FROM old
+			FROM old JOIN unnest($1::bigint[], $3::text[]) AS d(id, decl) ON d.id = old.id
 			WHERE t.id = old.id
 			RETURNING t.id, t.attempt, t.args, t.created_at, t.effect, t.maybe_sent, t.namespace, old.state, t.provider_key,
-			          extract(epoch FROM now() - t.created_at)::float8 AS age
+			          extract(epoch FROM now() - t.created_at)::float8 AS age, coalesce(old.declaration_sha256, '')
 		), notified AS (
 			-- One notification per chunk of ids rather than per intent:
 			-- listeners wake once per batch.
@@ -56,8 +59,8 @@ func (q *Queries) renderAttempt(r func(string) string) {
 	// claim, pending for a deduplicated read).
 	q.sqlFinish = r(`
 		WITH input AS (
-			SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[], $6::bool[], $7::bool[], $8::text[], $9::int[], $10::int[], $11::bigint[])
-				AS u(id, attempt, state, result, error, maybe_sent, keep_lease, expect_state, expect_attempt, job_attempt, expect_job)
+			SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[], $6::bool[], $7::bool[], $8::text[], $9::int[], $10::int[], $11::bigint[], $12::text[])
+				AS u(id, attempt, state, result, error, maybe_sent, keep_lease, expect_state, expect_attempt, job_attempt, expect_job, decl)
 		), upd AS (
 			UPDATE {{schema}}.outbox_intent t
 			SET state = u.state,
@@ -66,6 +69,7 @@ func (q *Queries) renderAttempt(r func(string) string) {
 			    result = coalesce(u.result, t.result),
 			    error = u.error,
 			    maybe_sent = t.maybe_sent OR u.maybe_sent,
+			    declaration_sha256 = coalesce(nullif(u.decl, ''), t.declaration_sha256),
 			    lease_expires_at = CASE
 			        WHEN u.state <> 'running' THEN NULL
 			        WHEN u.keep_lease THEN t.lease_expires_at
@@ -108,19 +112,25 @@ type AttemptRow struct {
 	JobAttempt int
 	// LeaseExpiresAt is the lease of a running intent (read only).
 	LeaseExpiresAt *time.Time
+	// DeclarationSHA256 is the declaration the last attempt was sent under
+	// (a declared effect's), before this claim; empty when none was
+	// recorded.
+	DeclarationSHA256 string
 }
 
 // Claim claims the claimable intents among ids (pending, or running with an
 // expired lease) in one statement: a new attempt number, state running, a
 // lease of lease from the database's clock. It returns the claimed ones by
-// id; an id absent from the map was not claimable.
-func (q *Queries) Claim(ctx context.Context, db Querier, ids []int64, lease time.Duration) (map[int64]*AttemptRow, error) {
-	rows, _ := db.Query(ctx, q.sqlClaim, ids, lease)
+// id; an id absent from the map was not claimable. decls, aligned with ids,
+// are the declarations the attempts send under ("" for a built-in effect),
+// recorded by the claim.
+func (q *Queries) Claim(ctx context.Context, db Querier, ids []int64, lease time.Duration, decls []string) (map[int64]*AttemptRow, error) {
+	rows, _ := db.Query(ctx, q.sqlClaim, ids, lease, decls)
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AttemptRow, error) {
 		var a AttemptRow
 		var age float64
 		var notified int64
-		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &age, &notified)
+		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &age, &a.DeclarationSHA256, &notified)
 		a.Age = seconds(age)
 		return &a, err
 	})
@@ -161,14 +171,14 @@ func (q *Queries) Statuses(ctx context.Context, db Querier, ids []int64) (map[in
 // readColumns are what a read of an intent for an attempt selects, in the
 // order scanRead scans them.
 const readColumns = `id, attempt, args, created_at, effect, maybe_sent, namespace, state, provider_key, lease_expires_at, job_attempt,
-	extract(epoch FROM now() - created_at)::float8`
+	extract(epoch FROM now() - created_at)::float8, coalesce(declaration_sha256, '')`
 
 // scanRead scans a row of readColumns.
 func scanRead(row pgx.CollectableRow) (*AttemptRow, error) {
 	var a AttemptRow
 	var age float64
 	err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace,
-		&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt, &age)
+		&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt, &age, &a.DeclarationSHA256)
 	a.Age = seconds(age)
 	return &a, err
 }
@@ -207,6 +217,9 @@ type Finish struct {
 	// in flight). Without it, a running intent's lease ends now, so the next
 	// attempt takes over at once.
 	KeepLease bool
+	// DeclarationSHA256 is the declaration the attempt was sent under (a
+	// declared effect's); empty keeps the one recorded.
+	DeclarationSHA256 string
 }
 
 // Applied identifies a finish that matched its fence.
@@ -230,10 +243,12 @@ func (q *Queries) Finish(ctx context.Context, db Querier, fs []Finish) (map[Appl
 		expAtts   = make([]int32, len(fs))
 		jobAtts   = make([]int32, len(fs))
 		expJobs   = make([]int64, len(fs))
+		decls     = make([]string, len(fs))
 	)
 	for i, f := range fs {
 		ids[i], attempts[i], states[i], maybeSent[i], keepLease[i] = f.ID, int32(f.Attempt), f.State, f.MaybeSent, f.KeepLease
 		expStates[i], expAtts[i], jobAtts[i], expJobs[i] = f.ExpectState, int32(f.ExpectAttempt), int32(f.JobAttempt), f.ExpectJobID
+		decls[i] = f.DeclarationSHA256
 		if f.Result != nil {
 			s := string(f.Result)
 			results[i] = &s
@@ -246,7 +261,7 @@ func (q *Queries) Finish(ctx context.Context, db Querier, fs []Finish) (map[Appl
 	applied := make(map[Applied]bool, len(fs))
 	var a Applied
 	var notified int64
-	rows, _ := db.Query(ctx, q.sqlFinish, ids, attempts, states, results, errs, maybeSent, keepLease, expStates, expAtts, jobAtts, expJobs)
+	rows, _ := db.Query(ctx, q.sqlFinish, ids, attempts, states, results, errs, maybeSent, keepLease, expStates, expAtts, jobAtts, expJobs, decls)
 	_, err := pgx.ForEachRow(rows, []any{&a.ID, &a.Attempt, &notified}, func() error {
 		applied[a] = true
 		return nil
