@@ -25,6 +25,9 @@ const HeartbeatIntervalDefault = time.Second
 // surely dealt with any this repair missed.
 const processRowRetention = time.Hour
 
+// beatTimeoutMin bounds a beat's statements, at the least.
+const beatTimeoutMin = 5 * time.Second
+
 // rescueBatchSize is how many jobs of dead processes one transaction
 // repairs.
 const rescueBatchSize = 1000
@@ -125,7 +128,10 @@ func (h *heartbeat) run(ctx context.Context) {
 // beat writes the heartbeat on the liveness session, replacing the session
 // (and taking the lock again) when it was lost.
 func (h *heartbeat) beat(ctx context.Context) {
-	bctx, cancel := context.WithTimeout(ctx, h.interval)
+	// Generous: a heartbeat written late is harmless while the session
+	// (and its lock) lives, whereas replacing the session on a slow
+	// database would drop the lock for a moment.
+	bctx, cancel := context.WithTimeout(ctx, max(h.interval, beatTimeoutMin))
 	defer cancel()
 	h.beats++
 	if h.conn != nil {
@@ -244,12 +250,15 @@ func endsOnLostOutcome(registry *effects.Registry, effect string, args json.RawM
 // stop unregisters the process and ends its liveness session. Call it once
 // River has stopped: no job is then running under this client.
 func (h *heartbeat) stop(ctx context.Context) {
-	if h.conn == nil {
-		return
+	var db intentdb.DBTX = h.pool
+	if h.conn != nil {
+		db = h.conn
 	}
-	if err := h.queries.UnregisterProcess(ctx, h.conn, h.clientID); err != nil && !errors.Is(err, context.Canceled) {
+	if err := h.queries.UnregisterProcess(ctx, db, h.clientID); err != nil && !errors.Is(err, context.Canceled) {
 		h.logger.WarnContext(ctx, "error unregistering the process", slog.String("error", err.Error()))
 	}
-	_ = h.conn.Close(ctx)
-	h.conn = nil
+	if h.conn != nil {
+		_ = h.conn.Close(ctx)
+		h.conn = nil
+	}
 }
