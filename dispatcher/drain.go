@@ -30,6 +30,7 @@ type drainer struct {
 	effects            *effects.Registry
 	logger             *slog.Logger
 	maxAttempts        int
+	metrics            *workers.Metrics
 	pollInterval       time.Duration
 	pool               *pgxpool.Pool
 	queries            *intentdb.Queries
@@ -48,6 +49,7 @@ func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config
 		effects:            config.Effects,
 		logger:             config.Logger,
 		maxAttempts:        maxAttempts,
+		metrics:            config.Metrics,
 		pollInterval:       config.DrainPollInterval,
 		pool:               pool,
 		queries:            intentdb.New(config.Schema),
@@ -161,6 +163,8 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("error committing drain: %w", err)
 	}
+	// Counted once committed: a rolled-back drain handed nothing over.
+	d.metrics.Drained.Add(float64(len(batch)))
 	return len(batch), nil
 }
 

@@ -10,6 +10,11 @@ type Metrics struct {
 	// Approvals is outbox_approvals_total{decision}: approved, denied (by
 	// an operator, counted by the process that recorded it) or expired.
 	Approvals *prometheus.CounterVec
+	// Drained is outbox_intents_drained_total: intents this process's drain
+	// took from the table and handed to River (or failed at validation). It
+	// is the drain's heartbeat for alerting: intents coming in while no
+	// replica drains any means the drain is stuck.
+	Drained prometheus.Counter
 	// EffectAttempts is outbox_effect_attempts_total{effect,outcome}, outcome
 	// being succeeded, failed, not_sent, ambiguous, unknown or stale.
 	EffectAttempts *prometheus.CounterVec
@@ -36,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "outbox_approvals_total",
 			Help: "Decisions on intents awaiting approval: approved, denied, or expired unanswered.",
 		}, []string{"decision"}),
+		Drained: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_intents_drained_total",
+			Help: "Intents this process's drain handed to River in committed drains.",
+		}),
 		EffectAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_effect_attempts_total",
 			Help: "Attempts at an effect, by effect and outcome.",
@@ -63,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Approvals.WithLabelValues(decision)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Approvals, m.EffectAttempts, m.EffectDuration, m.Reconciled, m.StaleWrites)
+		reg.MustRegister(m.Approvals, m.Drained, m.EffectAttempts, m.EffectDuration, m.Reconciled, m.StaleWrites)
 	}
 	return m
 }

@@ -201,5 +201,14 @@ func TestServeMetrics(t *testing.T) {
 	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "process_start_time_seconds"} {
 		require.Contains(t, families, name)
 	}
+	// The drain handed every created intent to River, and this serve, alone
+	// on its schema, becomes River's leader (elected within seconds, read
+	// on the gauges' interval).
+	require.Equal(t, 7.0, metricValue(families, "outbox_intents_drained_total"))
+	require.Equal(t, (24 * time.Hour).Seconds(), metricValue(families, "outbox_approval_ttl_seconds"))
+	require.Equal(t, 0.0, metricValue(families, "outbox_oldest_awaiting_approval_age_seconds"))
+	require.Eventually(t, func() bool {
+		return metricValue(scrape(t, addr), "outbox_leader") == 1
+	}, 30*time.Second, 200*time.Millisecond, "serve never reported itself River's leader")
 	require.Equal(t, 0, stop())
 }

@@ -8,6 +8,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -211,6 +212,8 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	}); err != nil {
 		return nil, err
 	}
+	d.metrics.riverClientID.Store(d.Dispatcher.River().ID())
+	d.metrics.approvalTTL.Set(cmp.Or(c.ApprovalTTL, workers.ApprovalTTLDefault).Seconds())
 	if d.Client, err = outbox.NewClient(pool, &outbox.Config{
 		ApprovalObserverFunc: func(_ string, decision outbox.ApprovalDecision) {
 			d.metrics.workers.Approvals.WithLabelValues(string(decision)).Inc()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,13 +19,20 @@ import (
 // each counted where it happens: enqueues by the client behind the HTTP API
 // and MCP, attempts by the workers, the intents by state by a periodic query.
 type serveMetrics struct {
+	// approvalTTL is outbox_approval_ttl_seconds, OUTBOX_APPROVAL_TTL: with
+	// outbox_oldest_awaiting_approval_age_seconds it tells an alert how
+	// close the oldest approval is to expiring, whatever the TTL.
+	approvalTTL prometheus.Gauge
 	// authFailures is outbox_http_auth_failures_total: requests the API
 	// and /mcp refused for their token.
 	authFailures prometheus.Counter
 	enqueues     *metrics.Enqueues
 	gauges       *metrics.Gauges
 	registry     *prometheus.Registry
-	workers      *workers.Metrics
+	// riverClientID is the dispatcher's River client ID, stored once the
+	// dispatcher exists (after the gauges start), for outbox_leader.
+	riverClientID atomic.Value
+	workers       *workers.Metrics
 }
 
 // newServeMetrics registers outbox's metrics and the Go and process
@@ -49,13 +57,21 @@ func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Du
 		Name: "outbox_http_auth_failures_total",
 		Help: "Requests to the API and /mcp refused for their bearer token (missing, malformed or unknown).",
 	})
+	approvalTTL := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_approval_ttl_seconds",
+		Help: "How long an intent may await approval before it is cancelled (OUTBOX_APPROVAL_TTL).",
+	})
 	reg.MustRegister(
+		approvalTTL,
 		authFailures,
 		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	sm := &serveMetrics{}
+	sm.riverClientID.Store("")
 	gauges, err := metrics.NewGauges(pool, reg, &metrics.GaugesConfig{
+		ClientIDFunc:    func() string { return sm.riverClientID.Load().(string) },
 		Logger:          logger,
 		RefreshInterval: refresh,
 		Schema:          schema,
@@ -63,11 +79,11 @@ func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Du
 	if err != nil {
 		return nil, err
 	}
-	return &serveMetrics{
-		authFailures: authFailures,
-		enqueues:     metrics.NewEnqueues(reg),
-		gauges:       gauges,
-		registry:     reg,
-		workers:      workers.NewMetrics(reg),
-	}, nil
+	sm.approvalTTL = approvalTTL
+	sm.authFailures = authFailures
+	sm.enqueues = metrics.NewEnqueues(reg)
+	sm.gauges = gauges
+	sm.registry = reg
+	sm.workers = workers.NewMetrics(reg)
+	return sm, nil
 }

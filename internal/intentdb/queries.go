@@ -566,7 +566,7 @@ func (q *Queries) renderMaintenance(r func(string) string) {
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED)`)
 	q.sqlCountByState = r(`SELECT state, count(*),
-			coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)::float8
+			coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state IN ('pending', 'awaiting_approval'))), 0)::float8
 		FROM {{schema}}.outbox_intent GROUP BY state`)
 	// Through the reporting view, which shows what a reader may see.
 	q.sqlCreatedAt = r(`SELECT created_at FROM {{schema}}.intents_view WHERE namespace = $1 AND key = $2`)
@@ -586,6 +586,9 @@ func (q *Queries) Prune(ctx context.Context, db DBTX, retention time.Duration, l
 type StateCounts struct {
 	// ByState counts intents per state; states with none are absent.
 	ByState map[string]int64
+	// OldestAwaitingApprovalAge is the oldest intent awaiting approval's
+	// age, 0 when none: it expires at OUTBOX_APPROVAL_TTL.
+	OldestAwaitingApprovalAge time.Duration
 	// OldestPendingAge is the oldest pending intent's age, 0 when none.
 	OldestPendingAge time.Duration
 }
@@ -594,18 +597,21 @@ type StateCounts struct {
 func (q *Queries) CountByState(ctx context.Context, db Querier) (*StateCounts, error) {
 	out := &StateCounts{ByState: map[string]int64{}}
 	var (
-		state  string
-		n      int64
-		age    float64
-		oldest float64
+		state string
+		n     int64
+		age   float64
 	)
 	rows, _ := db.Query(ctx, q.sqlCountByState)
 	_, err := pgx.ForEachRow(rows, []any{&state, &n, &age}, func() error {
 		out.ByState[state] = n
-		oldest = max(oldest, age)
+		switch state {
+		case "pending":
+			out.OldestPendingAge = seconds(age)
+		case "awaiting_approval":
+			out.OldestAwaitingApprovalAge = seconds(age)
+		}
 		return nil
 	})
-	out.OldestPendingAge = seconds(oldest)
 	return out, err
 }
 

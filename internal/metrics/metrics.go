@@ -4,11 +4,13 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -28,6 +30,12 @@ var states = []outbox.State{
 
 // GaugesConfig configures Gauges.
 type GaugesConfig struct {
+	// ClientIDFunc, when set, returns this process's River client ID (empty
+	// until the client exists), and outbox_leader is exported: 1 while
+	// River's leader row names that client. A func rather than a string:
+	// the gauges start before the dispatcher that owns the client. Defaults
+	// to nil: no outbox_leader.
+	ClientIDFunc func() string
 	// Logger receives refresh failures. Defaults to a logger that discards.
 	Logger *slog.Logger
 	// RefreshInterval is how often the gauges are read from the database.
@@ -37,18 +45,24 @@ type GaugesConfig struct {
 	Schema string
 }
 
-// Gauges are outbox_intents{state}, outbox_oldest_pending_intent_age_seconds
-// and outbox_unknown_intents. They are refreshed on an interval by one query,
-// not per scrape: a scrape must not cost a table scan, and several
-// Prometheus servers scraping several replicas would multiply it.
+// Gauges are outbox_intents{state}, outbox_oldest_pending_intent_age_seconds,
+// outbox_oldest_awaiting_approval_age_seconds, outbox_unknown_intents and, with a ClientIDFunc, outbox_leader. They are
+// refreshed on an interval (one query, and one more for the leader), not per
+// scrape: a scrape must not cost a table scan, and several Prometheus servers
+// scraping several replicas would multiply it.
 type Gauges struct {
-	intents       *prometheus.GaugeVec
-	logger        *slog.Logger
-	oldestPending prometheus.Gauge
-	pool          *pgxpool.Pool
-	interval      time.Duration
-	queries       *intentdb.Queries
-	unknown       prometheus.Gauge
+	clientIDFunc           func() string
+	intents                *prometheus.GaugeVec
+	leader                 prometheus.Gauge
+	logger                 *slog.Logger
+	oldestAwaitingApproval prometheus.Gauge
+	oldestPending          prometheus.Gauge
+	pool                   *pgxpool.Pool
+	interval               time.Duration
+	queries                *intentdb.Queries
+	// sqlLeader reads River's live leader, when leader is set.
+	sqlLeader string
+	unknown   prometheus.Gauge
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -61,11 +75,16 @@ func NewGauges(pool *pgxpool.Pool, reg prometheus.Registerer, config *GaugesConf
 		config = &GaugesConfig{}
 	}
 	g := &Gauges{
+		clientIDFunc: config.ClientIDFunc,
 		intents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "outbox_intents",
 			Help: "Intents in the database, by state (refreshed on an interval).",
 		}, []string{"state"}),
 		logger: config.Logger,
+		oldestAwaitingApproval: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_oldest_awaiting_approval_age_seconds",
+			Help: "Age of the oldest intent awaiting approval, 0 when none; it is cancelled at the approval TTL.",
+		}),
 		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_oldest_pending_intent_age_seconds",
 			Help: "Age of the oldest pending intent, 0 when none is pending.",
@@ -94,8 +113,20 @@ func NewGauges(pool *pgxpool.Pool, reg prometheus.Registerer, config *GaugesConf
 	for _, s := range states {
 		g.intents.WithLabelValues(string(s)).Set(0)
 	}
+	collectors := []prometheus.Collector{g.intents, g.oldestAwaitingApproval, g.oldestPending, g.unknown}
+	if g.clientIDFunc != nil {
+		// Per process, unlike the other gauges: summed over the replicas it
+		// is the number of leaders, 1 when all is well. 0 means no replica
+		// rescues stuck jobs, reconciles or expires approvals.
+		g.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_leader",
+			Help: "1 while this process's River client is River's elected leader (refreshed on an interval), else 0.",
+		})
+		collectors = append(collectors, g.leader)
+		g.sqlLeader = "SELECT leader_id FROM " + pgx.Identifier{schema, "river_leader"}.Sanitize() + " WHERE expires_at > now()"
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{g.intents, g.oldestPending, g.unknown} {
+		for _, c := range collectors {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("error registering metrics: %w", err)
 			}
@@ -113,8 +144,37 @@ func (g *Gauges) Refresh(ctx context.Context) error {
 	for _, s := range states {
 		g.intents.WithLabelValues(string(s)).Set(float64(counts.ByState[string(s)]))
 	}
+	g.oldestAwaitingApproval.Set(counts.OldestAwaitingApprovalAge.Seconds())
 	g.oldestPending.Set(counts.OldestPendingAge.Seconds())
 	g.unknown.Set(float64(counts.ByState[string(outbox.StateUnknown)]))
+	if g.leader != nil {
+		return g.refreshLeader(ctx)
+	}
+	return nil
+}
+
+// refreshLeader sets outbox_leader from River's leader row. River exposes
+// no leadership state through its client, but its elector keeps one row with
+// the leader's client ID and an expiry, renewed while it leads; an expired
+// row is a leader that died and has not been replaced yet.
+func (g *Gauges) refreshLeader(ctx context.Context) error {
+	id := g.clientIDFunc()
+	if id == "" {
+		g.leader.Set(0)
+		return nil
+	}
+	var leaderID string
+	err := g.pool.QueryRow(ctx, g.sqlLeader).Scan(&leaderID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		g.leader.Set(0)
+	case err != nil:
+		return fmt.Errorf("error reading River's leader: %w", err)
+	case leaderID == id:
+		g.leader.Set(1)
+	default:
+		g.leader.Set(0)
+	}
 	return nil
 }
 
