@@ -152,6 +152,11 @@ func (e *ArgError) Error() string {
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
+// ValidName reports whether name is a valid effect name: a lowercase
+// letter, then up to 63 lowercase letters, digits and underscores. The
+// registry, the Go library and declared effects all check names with it.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
 // Registry is the set of enabled effects, by name. It is built once at start
 // and read concurrently after.
 type Registry struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
@@ -189,7 +190,7 @@ func ParseApprovalRules(s string) ([]ApprovalRule, error) {
 
 func parseApprovalRule(text string) (ApprovalRule, error) {
 	effect, cond, hasCond := strings.Cut(text, ":")
-	if !validEffectName(effect) {
+	if !effects.ValidName(effect) {
 		return ApprovalRule{}, errors.New("must start with an effect name (lowercase letters, digits, _)")
 	}
 	if !hasCond {
@@ -236,7 +237,7 @@ func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) err
 			if _, err := parseApprovalRule(r.String()); err != nil {
 				return &Error{Code: CodeInvalidArgs, Field: fmt.Sprintf("[%d]", i), Message: err.Error()}
 			}
-		} else if !validEffectName(r.Effect) {
+		} else if !effects.ValidName(r.Effect) {
 			return &Error{Code: CodeInvalidArgs, Field: fmt.Sprintf("[%d].effect", i), Message: "must be an effect name"}
 		}
 		stored[i] = intentdb.ApprovalRule{Rule: r.String(), Effect: r.Effect, Arg: r.Arg, Op: r.Op, Value: r.Value}

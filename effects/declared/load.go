@@ -108,7 +108,6 @@ func Load(path string, config *Config) ([]*Effect, error) {
 }
 
 var (
-	effectNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 	toolNameRE   = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	codeRE       = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -296,8 +295,8 @@ func (l *loader) effect(name string, v any) (*Effect, error) {
 		}
 		return l.errorf(path, name, field, format, args...)
 	}
-	if !effectNameRE.MatchString(name) {
-		return nil, fail("", "an effect's name must match %s", effectNameRE)
+	if !effects.ValidName(name) {
+		return nil, fail("", "an effect's name must match ^[a-z][a-z0-9_]{0,63}$")
 	}
 	if slices.Contains(l.cfg.Reserved, name) {
 		return nil, fail("", "the name of a built-in effect")
