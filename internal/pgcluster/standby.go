@@ -1,0 +1,120 @@
+package pgcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StartStandby creates a streaming standby of c, for failover tests: a base
+// backup taken with pg_basebackup -R (which writes standby.signal and the
+// primary_conninfo that streams from c), started as a cluster of its own in
+// a directory of its own, returning once it accepts (read-only)
+// connections. Stop it like any cluster.
+func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
+	dir, err := os.MkdirTemp("", "pgcluster-")
+	if err != nil {
+		return nil, fmt.Errorf("error creating cluster directory: %w", err)
+	}
+	// pg_basebackup sits next to the real pg_ctl, which PATH may hold only
+	// a link to (/usr/local/bin/pg_ctl -> /usr/lib/postgresql/15/bin).
+	binDir := c.binDir
+	if real, err := filepath.EvalSymlinks(filepath.Join(c.binDir, "pg_ctl")); err == nil {
+		binDir = filepath.Dir(real)
+	}
+	s := &Cluster{
+		binDir:     binDir,
+		credential: c.credential,
+		dataDir:    filepath.Join(dir, "data"),
+		dir:        dir,
+		logger:     c.logger,
+		crashSafe:  c.crashSafe,
+	}
+	if err := s.startStandby(ctx, c); err != nil {
+		if stopErr := s.Stop(context.WithoutCancel(ctx)); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("error cleaning up after failed start: %w", stopErr))
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Cluster) startStandby(ctx context.Context, primary *Cluster) error {
+	if s.credential != nil {
+		if err := s.prepareDirForCredential(); err != nil {
+			return err
+		}
+	}
+	if err := s.startWatchdog(); err != nil {
+		return err
+	}
+	output, err := s.command(ctx, "pg_basebackup",
+		"--pgdata="+s.dataDir,
+		"--host="+primary.dir,
+		fmt.Sprintf("--port=%d", socketPort),
+		"--username=postgres",
+		// standby.signal and primary_conninfo, pointing at the primary's
+		// socket.
+		"--write-recovery-conf",
+		"--wal-method=stream",
+		"--checkpoint=fast",
+		"--no-sync",
+	).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("error running pg_basebackup: %w\n%s", err, bytes.TrimSpace(output))
+	}
+	if err := s.startServer(ctx, socketPort); err != nil {
+		return err
+	}
+	if err := checkConnection(ctx, s.url); err != nil {
+		return fmt.Errorf("error connecting to the standby: %w\n%s", err, s.logTail())
+	}
+	s.logger.InfoContext(ctx, "pgcluster: started standby", "dir", s.dir, "primary", primary.dir)
+	return nil
+}
+
+// StopImmediate stops the server the way a crash of its host would look to
+// its clients (pg_ctl stop -m immediate: every connection cut, nothing
+// checkpointed), and leaves it stopped: for failover tests. Stop still
+// removes the cluster.
+func (c *Cluster) StopImmediate(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	output, err := c.command(ctx, "pg_ctl", "--mode=immediate", "--pgdata="+c.dataDir, "--silent", "--wait", "stop").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("error stopping postgres: %w\n%s", err, bytes.TrimSpace(output))
+	}
+	return nil
+}
+
+// Promote promotes a standby to a primary and returns once it accepts
+// writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	output, err := c.command(ctx, "pg_ctl", "--pgdata="+c.dataDir, "--silent", "--wait", "promote").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("error promoting postgres: %w\n%s\n%s", err, bytes.TrimSpace(output), c.logTail())
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		conn, err := pgx.Connect(ctx, c.url)
+		if err == nil {
+			var inRecovery bool
+			err = conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery)
+			conn.Close(ctx)
+			if err == nil && !inRecovery {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("standby still in recovery 30 s after its promotion: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
