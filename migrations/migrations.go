@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -385,7 +386,7 @@ func (m *Migrator) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		var pgErr interface{ SQLState() string }
 		// No river_migration table yet: nothing of River's is applied.
-		if !errors.As(err, &pgErr) || pgErr.SQLState() != "42P01" {
+		if !errors.As(err, &pgErr) || pgErr.SQLState() != pgerrcode.UndefinedTable {
 			return nil, fmt.Errorf("error reading River migration state: %w", err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -348,13 +349,13 @@ func (c *Client) dbError(msg string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
-		case strings.HasPrefix(pgErr.Code, "22"), pgErr.Code == "54001":
+		case pgerrcode.IsDataException(pgErr.Code), pgErr.Code == pgerrcode.StatementTooComplex:
 			// Class 22 is data exceptions: jsonb refused the arguments
 			// (invalid text, a number out of range such as 1e1000000, an
 			// untranslatable character); 54001 is statement_too_complex,
 			// which very deep nesting raises. The input is at fault.
 			return &Error{Code: CodeInvalidArgs, Field: "args", Message: pgErr.Message}
-		case pgErr.Code == "23514":
+		case pgErr.Code == pgerrcode.CheckViolation:
 			return &Error{Code: CodeInvalidArgs, Message: "refused by constraint " + pgErr.ConstraintName}
 		}
 	}

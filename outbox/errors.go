@@ -10,8 +10,11 @@ import (
 const (
 	CodeApprovalMismatch      = "approval_mismatch"
 	CodeBodyTooLarge          = "body_too_large"
+	CodeForbidden             = "forbidden"
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
 	CodeIdempotencyKeyMissing = "idempotency_key_required"
+	// CodeInternal is a failure of the server's, not the caller's.
+	CodeInternal = "internal_error"
 	CodeInvalidArgs           = "invalid_args"
 	CodeInvalidJSON           = "invalid_json"
 	CodeInvalidKey            = "invalid_key"
@@ -20,6 +23,7 @@ const (
 	CodeNotFound              = "not_found"
 	CodeNotUnknown            = "not_unknown"
 	CodePossibleDuplicate     = "possible_duplicate"
+	CodeRateLimited           = "rate_limited"
 	CodeUnknownEffect         = "unknown_effect"
 )
 

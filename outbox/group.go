@@ -3,11 +3,11 @@ package outbox
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-dev/outbox/internal/intentdb"
@@ -177,7 +177,18 @@ func (c *Client) runGroup(calls []*groupCall) {
 func alone(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Severity == "ERROR" && !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57P")
+		return pgErr.Severity == "ERROR" && !pgerrcode.IsConnectionException(pgErr.Code) && !endsSession(pgErr.Code)
 	}
 	return pgconn.SafeToRetry(err)
+}
+
+// endsSession reports whether code is one of class 57's that end the
+// session (57P: a shutdown, a dropped database, an idle timeout), as
+// opposed to a cancelled statement (57014), which wrote nothing.
+func endsSession(code string) bool {
+	switch code {
+	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow, pgerrcode.DatabaseDropped, pgerrcode.IdleSessionTimeout:
+		return true
+	}
+	return false
 }

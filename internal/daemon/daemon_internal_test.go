@@ -5,8 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/internal/httpapi"
-	"github.com/outbox-dev/outbox/internal/mcpserver"
+	"github.com/outbox-dev/outbox/internal/apierror"
 )
 
 // TestHTTPTimeouts checks that the write timeout leaves room for the longest
@@ -14,8 +13,8 @@ import (
 func TestHTTPTimeouts(t *testing.T) {
 	t.Parallel()
 
-	require.Greater(t, HTTPWriteTimeout, httpapi.WaitMax+HTTPReadTimeout/2)
-	require.Greater(t, HTTPWriteTimeout, mcpserver.WaitMax+HTTPReadTimeout/2)
+	require.Greater(t, HTTPWriteTimeout, apierror.WaitMax+HTTPReadTimeout/2)
+	require.Greater(t, HTTPWriteTimeout, apierror.WaitMax+HTTPReadTimeout/2)
 	for _, d := range []any{HTTPIdleTimeout, HTTPReadHeaderTimeout, HTTPReadTimeout} {
 		require.NotZero(t, d)
 	}

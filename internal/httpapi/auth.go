@@ -10,16 +10,14 @@ import (
 	"time"
 
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
-// CodeUnauthorized answers a request without a known bearer token (401), and
-// CodeForbidden one the API refuses whatever its token (403): a cross-origin
-// request from a browser, or, without tokens, a request that did not come
-// through a loopback address.
-const (
-	CodeForbidden    = "forbidden"
-	CodeUnauthorized = "unauthorized"
-)
+// CodeUnauthorized answers a request without a known bearer token (401).
+// One the API refuses whatever its token (403: a cross-origin request from
+// a browser, or, without tokens, a request that did not come through a
+// loopback address) is outbox.CodeForbidden.
+const CodeUnauthorized = "unauthorized"
 
 // principal is who a request acts as: its namespace, its role, and the
 // token's fingerprint (access.ActorLocal without tokens), which names it in
@@ -52,7 +50,7 @@ func namespaceFrom(ctx context.Context) (string, bool) {
 // forbiddenRole is the answer to a token whose role may not do what the
 // request asks: 403 forbidden, naming the role needed.
 func forbiddenRole(need, have access.Role) error {
-	return &apiError{status: http.StatusForbidden, code: CodeForbidden, field: "Authorization",
+	return &apiError{status: http.StatusForbidden, code: outbox.CodeForbidden, field: "Authorization",
 		message: fmt.Sprintf("this requires the role %s or above; the token's role is %s", need, have)}
 }
 
@@ -117,11 +115,11 @@ const authLogMax = 10000
 func (h *Handler) authenticateToken(r *http.Request) (principal, error) {
 	if len(h.tokens) == 0 {
 		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && !IsLoopbackAddr(addr.String()) {
-			return principal{}, &apiError{status: http.StatusForbidden, code: CodeForbidden,
+			return principal{}, &apiError{status: http.StatusForbidden, code: outbox.CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only on a loopback address"}
 		}
 		if !IsLoopbackAddr(r.Host) {
-			return principal{}, &apiError{status: http.StatusForbidden, code: CodeForbidden,
+			return principal{}, &apiError{status: http.StatusForbidden, code: outbox.CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only requests whose Host is a loopback address"}
 		}
 		return principal{namespace: h.defaultNamespace, role: access.RoleOperator, name: access.ActorLocal}, nil

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"golang.org/x/time/rate"
 	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -24,9 +25,6 @@ import (
 )
 
 const (
-	// WaitMax is the longest ?wait= accepted.
-	WaitMax = 60 * time.Second
-
 	// WaitsMaxDefault is Config.WaitsMax's default: OUTBOX_MAX_WAITS's.
 	// Waits share one LISTEN connection (outbox.Client.Wait), so a wait
 	// costs a goroutine, not a database connection.
@@ -35,10 +33,6 @@ const (
 	// readyTimeout bounds /readyz's look at the database.
 	readyTimeout = 5 * time.Second
 )
-
-// CodeInternal answers a request that failed for a reason of the server's
-// (500), such as an unreachable database. Its message says no more.
-const CodeInternal = "internal_error"
 
 // Config configures the API handler.
 type Config struct {
@@ -275,7 +269,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	// and pass.
 	crossOrigin := http.NewCrossOriginProtection()
 	crossOrigin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.writeError(w, r, &apiError{status: http.StatusForbidden, code: CodeForbidden, message: "cross-origin requests are refused"})
+		h.writeError(w, r, &apiError{status: http.StatusForbidden, code: outbox.CodeForbidden, message: "cross-origin requests are refused"})
 	}))
 	h.handler = crossOrigin.Handler(mux)
 	return h, nil

@@ -854,7 +854,7 @@ func TestRoutes(t *testing.T) {
 	resp := bundle.do(t, request{method: http.MethodPost, path: "/v1/intents/k/cancel", token: tokenAlpha,
 		header: map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}})
 	require.Equal(t, http.StatusForbidden, resp.status)
-	require.Equal(t, httpapi.CodeForbidden, resp.errorCode(t))
+	require.Equal(t, outbox.CodeForbidden, resp.errorCode(t))
 }
 
 func TestReadyz(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/internal/apierror"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -221,7 +222,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace string) 
 	if s, err := single(query, "wait"); err != nil {
 		return err
 	} else if s != "" {
-		if wait, err = time.ParseDuration(s); err != nil || wait < 0 || wait > WaitMax {
+		if wait, err = time.ParseDuration(s); err != nil || wait < 0 || wait > apierror.WaitMax {
 			return &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "wait",
 				Message: fmt.Sprintf("must be a duration from 0s to 60s, such as 30s; got %s", quoteShort(s))}
 		}

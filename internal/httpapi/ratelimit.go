@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-)
 
-// CodeRateLimited is the code of an enqueue refused because its token went
-// beyond OUTBOX_RATE_LIMIT (429, with Retry-After).
-const CodeRateLimited = "rate_limited"
+	"github.com/outbox-dev/outbox/outbox"
+)
 
 // RateLimit is a token bucket on each API token's enqueues: PerSecond
 // enqueues a second on average, Burst at once. The zero value is off.
@@ -86,7 +84,7 @@ func (l *limiters) take(name string) (time.Duration, bool) {
 // errRateLimited is the answer to a request beyond its token's rate.
 func errRateLimited(retryAfter time.Duration) error {
 	seconds := retryAfterSeconds(retryAfter)
-	return &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, retryAfter: seconds,
+	return &apiError{status: http.StatusTooManyRequests, code: outbox.CodeRateLimited, retryAfter: seconds,
 		message: fmt.Sprintf("this token's enqueues are beyond OUTBOX_RATE_LIMIT; retry after %d s", seconds)}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 func TestParseRateLimit(t *testing.T) {
@@ -55,7 +56,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	resp := bundle.enqueue(t, "k3", `{"effect": "noop", "args": {}}`)
 	require.Equal(t, http.StatusTooManyRequests, resp.status, "%s", resp.body)
-	require.Equal(t, httpapi.CodeRateLimited, resp.errorCode(t))
+	require.Equal(t, outbox.CodeRateLimited, resp.errorCode(t))
 	retryAfter, err := strconv.Atoi(resp.header.Get("Retry-After"))
 	require.NoError(t, err, resp.header.Get("Retry-After"))
 	require.InDelta(t, 100, retryAfter, 2)

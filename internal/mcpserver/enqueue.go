@@ -110,10 +110,6 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 	}
 }
 
-// CodeForbidden is the tool error of a call whose token's role may not make
-// it, as the HTTP API's 403.
-const CodeForbidden = "forbidden"
-
 // mayMutate refuses a mutating call whose token (over HTTP, its TokenInfo,
 // whose one scope is the token's role) allows less than access.RoleAgent.
 // Over stdio there is no token: the local user acts.
@@ -126,7 +122,7 @@ func mayMutate(req *mcp.CallToolRequest) error {
 			return nil
 		}
 	}
-	return &outbox.Error{Code: CodeForbidden, Field: "Authorization",
+	return &outbox.Error{Code: outbox.CodeForbidden, Field: "Authorization",
 		Message: fmt.Sprintf("this tool requires the role %s or above; the token's role is %s", access.RoleAgent, strings.Join(req.Extra.TokenInfo.Scopes, ", "))}
 }
 
@@ -139,10 +135,6 @@ func (s *server) actor(req *mcp.CallToolRequest) string {
 	}
 	return s.actorDefault
 }
-
-// CodeRateLimited is the tool error of a call beyond its token's rate, as
-// the HTTP API's 429.
-const CodeRateLimited = "rate_limited"
 
 // rateLimit spends one call of the caller's rate (RateLimitFunc), or refuses
 // the call, saying how long to wait.
@@ -158,7 +150,7 @@ func (s *server) rateLimit(req *mcp.CallToolRequest) error {
 	if ok {
 		return nil
 	}
-	return &outbox.Error{Code: CodeRateLimited,
+	return &outbox.Error{Code: outbox.CodeRateLimited,
 		Message: fmt.Sprintf("this token's calls are beyond the server's rate limit; retry after %d s", max(1, int(math.Ceil(wait.Seconds()))))}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/internal/apierror"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -46,7 +47,7 @@ var (
 			Description: "The intent's idempotency key, as given to the mutating tool or as its answer showed it (automatic keys start with auto:).",
 		},
 		"wait_seconds": {
-			Type: "number", Minimum: ptr(0.0), Maximum: ptr(WaitMax.Seconds()),
+			Type: "number", Minimum: ptr(0.0), Maximum: ptr(apierror.WaitMax.Seconds()),
 			Description: "Wait up to this many seconds (at most 60) for the intent to reach a final state (succeeded, failed, unknown or cancelled), and answer as soon as it does. Defaults to 0: answer at once.",
 		},
 	}, "key")

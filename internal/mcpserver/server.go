@@ -28,10 +28,6 @@ const (
 
 	// NameDefault is the server's name in MCP's initialize answer.
 	NameDefault = "outbox"
-
-	// WaitMax is the longest wait get_intent accepts, as the HTTP API's
-	// ?wait=.
-	WaitMax = 60 * time.Second
 )
 
 // keyArgument is the argument of every mutating tool that carries the

@@ -1,0 +1,115 @@
+// Package apierror is the one table that maps the library's errors to what
+// the HTTP API, the MCP server and the console answer: a code (outbox's
+// Code constants), the field at fault, a message, and the HTTP status. A
+// surface adds only its own spelling of the key's name (the
+// Idempotency-Key header, the idempotency_key argument).
+package apierror
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-dev/outbox/outbox"
+)
+
+// WaitMax is the longest wait for an intent's outcome that the HTTP API
+// (?wait=) and MCP's get_intent (wait_seconds) accept: long polls beyond a
+// minute are cut by proxies and clients alike.
+const WaitMax = 60 * time.Second
+
+// InternalMessage is what a caller reads of a server-side failure: the
+// details are in the server's log, never in the answer.
+const InternalMessage = "internal error; the server's log has the details"
+
+// Problem is an error as a surface reports it.
+type Problem struct {
+	// Status is the HTTP status.
+	Status int
+	// Code is the error code (outbox.Code...).
+	Code string
+	// Field names the input at fault, if any.
+	Field string
+	// Message says what is wrong and what to do.
+	Message string
+	// Internal is true for a failure of the server's, not the caller's:
+	// answered 500 without details, and logged.
+	Internal bool
+	// PossibleDuplicate is the earlier action a possible_duplicate names.
+	PossibleDuplicate *outbox.PossibleDuplicateError
+}
+
+// statusOf is each caller's error code's HTTP status.
+var statusOf = map[string]int{
+	outbox.CodeApprovalMismatch:      http.StatusConflict,
+	outbox.CodeBodyTooLarge:          http.StatusRequestEntityTooLarge,
+	outbox.CodeForbidden:             http.StatusForbidden,
+	outbox.CodeIdempotencyKeyMissing: http.StatusBadRequest,
+	outbox.CodeIdempotencyKeyReused:  http.StatusUnprocessableEntity,
+	outbox.CodeInvalidArgs:           http.StatusBadRequest,
+	outbox.CodeInvalidJSON:           http.StatusBadRequest,
+	outbox.CodeInvalidKey:            http.StatusBadRequest,
+	outbox.CodeNotAwaitingApproval:   http.StatusConflict,
+	outbox.CodeNotCancellable:        http.StatusConflict,
+	outbox.CodeNotFound:              http.StatusNotFound,
+	outbox.CodeNotUnknown:            http.StatusConflict,
+	outbox.CodePossibleDuplicate:     http.StatusConflict,
+	outbox.CodeRateLimited:           http.StatusTooManyRequests,
+	outbox.CodeUnknownEffect:         http.StatusBadRequest,
+}
+
+// Status returns a caller's error code's HTTP status; 400 for a code not in
+// the table, which is a caller's mistake all the same.
+func Status(code string) int {
+	if s, ok := statusOf[code]; ok {
+		return s
+	}
+	return http.StatusBadRequest
+}
+
+// From maps err. keyName is how the surface spells the idempotency key
+// ("Idempotency-Key", "idempotency_key"), named in the messages that tell
+// the caller what to do with it.
+func From(err error, keyName string) Problem {
+	var (
+		keyReused   *outbox.KeyReusedError
+		possibleDup *outbox.PossibleDuplicateError
+		outboxErr   *outbox.Error
+		pgErr       *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &possibleDup):
+		return Problem{
+			Status: http.StatusConflict, Code: outbox.CodePossibleDuplicate, Field: keyName, PossibleDuplicate: possibleDup,
+			Message: fmt.Sprintf("the same action (effect %s, these arguments) was recorded %s ago under %s %q, and is %s: "+
+				"if this is a retry of that action, send that key (or read that intent); "+
+				"only to record a second, identical action, send new_action true",
+				possibleDup.Earlier.Effect, possibleDup.Age.Round(time.Second), keyName, possibleDup.Earlier.Key, possibleDup.Earlier.State),
+		}
+	case errors.As(err, &keyReused):
+		return Problem{
+			Status: http.StatusUnprocessableEntity, Code: outbox.CodeIdempotencyKeyReused, Field: keyName,
+			Message: fmt.Sprintf("this %s was first used for another action (effect %s, other arguments): "+
+				"use a new key for a new action, or the first action's exact arguments to retry it", keyName, keyReused.Existing.Effect),
+		}
+	case errors.As(err, &outboxErr):
+		return Problem{Status: Status(outboxErr.Code), Code: outboxErr.Code, Field: outboxErr.Field, Message: outboxErr.Message}
+	case errors.As(err, &pgErr) && RefusedData(pgErr):
+		return Problem{Status: http.StatusBadRequest, Code: outbox.CodeInvalidArgs, Field: "args",
+			Message: "refused by the database: " + pgErr.Message}
+	}
+	return Problem{Status: http.StatusInternalServerError, Code: outbox.CodeInternal, Message: InternalMessage, Internal: true}
+}
+
+// RefusedData reports whether the database refused a value the caller sent
+// that the library's checks let through: a data exception (class 22, such
+// as a number beyond jsonb's range, 1e1000000) or a value nested too deeply
+// for the server (statement_too_complex). Those are the caller's mistakes,
+// never a 5xx.
+func RefusedData(pgErr *pgconn.PgError) bool {
+	return pgerrcode.IsDataException(pgErr.Code) || pgErr.Code == pgerrcode.StatementTooComplex
+}
