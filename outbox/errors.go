@@ -14,17 +14,17 @@ const (
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
 	CodeIdempotencyKeyMissing = "idempotency_key_required"
 	// CodeInternal is a failure of the server's, not the caller's.
-	CodeInternal = "internal_error"
-	CodeInvalidArgs           = "invalid_args"
-	CodeInvalidJSON           = "invalid_json"
-	CodeInvalidKey            = "invalid_key"
-	CodeNotAwaitingApproval   = "not_awaiting_approval"
-	CodeNotCancellable        = "not_cancellable"
-	CodeNotFound              = "not_found"
-	CodeNotUnknown            = "not_unknown"
-	CodePossibleDuplicate     = "possible_duplicate"
-	CodeRateLimited           = "rate_limited"
-	CodeUnknownEffect         = "unknown_effect"
+	CodeInternal            = "internal_error"
+	CodeInvalidArgs         = "invalid_args"
+	CodeInvalidJSON         = "invalid_json"
+	CodeInvalidKey          = "invalid_key"
+	CodeNotAwaitingApproval = "not_awaiting_approval"
+	CodeNotCancellable      = "not_cancellable"
+	CodeNotFound            = "not_found"
+	CodeNotUnknown          = "not_unknown"
+	CodePossibleDuplicate   = "possible_duplicate"
+	CodeRateLimited         = "rate_limited"
+	CodeUnknownEffect       = "unknown_effect"
 )
 
 // Error is an outbox error with a stable code and, for bad input, the field it
