@@ -23,7 +23,7 @@ var actionRole = map[string]access.Role{
 
 // forbidden answers a principal whose role may not make a change.
 func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, p *principal, need access.Role) {
-	h.renderError(w, r, p, http.StatusForbidden, "forbidden",
+	h.renderError(w, r, p, http.StatusForbidden, outbox.CodeForbidden,
 		fmt.Sprintf("This requires the role %s or above; you signed in as %s.", need, p.role))
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/internal/apierror"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -238,38 +239,19 @@ func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, p *princip
 	h.render(w, r, status, "error", h.page(p, "Error: "+code, "", &errorView{Code: code, Message: message, Back: back}))
 }
 
-// renderOutboxError answers err from an outbox.Client call: its code and
-// message for the caller's mistakes, a 500 for anything else (logged).
+// renderOutboxError answers err from an outbox.Client call as the API's
+// table has it (package apierror): its code and message for the caller's
+// mistakes, a 500 for anything else (logged, never shown).
 func (h *Handler) renderOutboxError(w http.ResponseWriter, r *http.Request, p *principal, err error) {
-	var oe *outbox.Error
-	if errors.As(err, &oe) {
-		status, ok := statusOf[oe.Code]
-		if !ok {
-			status = http.StatusBadRequest
-		}
-		msg := oe.Message
-		if oe.Field != "" {
-			msg = oe.Field + " " + msg
-		}
-		h.renderError(w, r, p, status, oe.Code, msg)
-		return
-	}
-	if r.Context().Err() == nil {
+	problem := apierror.From(err, "key")
+	if problem.Internal && r.Context().Err() == nil {
 		h.logger.ErrorContext(r.Context(), "console request failed", "method", r.Method, "route", r.Pattern, "error", err)
 	}
-	h.renderError(w, r, p, http.StatusInternalServerError, "internal", "Internal error; the server's log has the details.")
-}
-
-// statusOf is the HTTP status of the outbox error codes a console change can
-// meet, as the API answers them.
-var statusOf = map[string]int{
-	outbox.CodeApprovalMismatch:    http.StatusConflict,
-	outbox.CodeInvalidArgs:         http.StatusBadRequest,
-	outbox.CodeInvalidKey:          http.StatusBadRequest,
-	outbox.CodeNotAwaitingApproval: http.StatusConflict,
-	outbox.CodeNotCancellable:      http.StatusConflict,
-	outbox.CodeNotFound:            http.StatusNotFound,
-	outbox.CodeNotUnknown:          http.StatusConflict,
+	msg := problem.Message
+	if problem.Field != "" && !problem.Internal {
+		msg = problem.Field + " " + msg
+	}
+	h.renderError(w, r, p, problem.Status, problem.Code, msg)
 }
 
 // pageData is what every page's layout gets.
