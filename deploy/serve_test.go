@@ -135,6 +135,11 @@ func (b *serveBundle) exercise(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.enqueue(t, "deploy-1", "noop", `{"n": 1}`))
 	require.Equal(t, http.StatusUnprocessableEntity, b.enqueue(t, "deploy-1", "noop", `{"n": 2}`))
 	b.waitState(t, "deploy-1", outbox.StateSucceeded)
+	// The worker counts the attempt after it recorded the outcome, so the
+	// counter may lag the state the API answered.
+	require.Eventually(t, func() bool {
+		return b.metricNames(t)["outbox_effect_attempts_total"]
+	}, 10*time.Second, 50*time.Millisecond, "the attempt was never counted")
 }
 
 // metricNames scrapes /metrics and returns every series name it exports,
