@@ -1,7 +1,8 @@
 // Package daemon wires what outboxd serve runs, for serve and for the demo:
 // the metrics, the dispatcher (River and the intent workers), the write-side
-// client, the HTTP API and /mcp, River UI, and one HTTP server for all of
-// them, started in that order and stopped in reverse.
+// client, the HTTP API and /mcp, River UI and the operator console, and
+// one HTTP server for all of them, started in that order and stopped in
+// reverse.
 //
 // It takes its settings as a plain Config; reading the environment, checking
 // the configuration and choosing the effects belong to package cli.
@@ -26,6 +27,7 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
@@ -95,8 +97,8 @@ type Config struct {
 	HTTPAddr string
 
 	// AdminAddr, when set, is a second listener for the operators' paths
-	// (/healthz, /readyz, /metrics, River UI), which HTTPAddr then no
-	// longer serves: the public port carries only /v1/ and /mcp.
+	// (/healthz, /readyz, /metrics, River UI, the console), which HTTPAddr
+	// then no longer serves: the public port carries only /v1/ and /mcp.
 	AdminAddr string
 
 	// TLSCertFile and TLSKeyFile, when set, make HTTPAddr serve TLS with
@@ -243,6 +245,25 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		return nil, err
 	}
 
+	approvalTTL := c.ApprovalTTL
+	if approvalTTL == 0 {
+		approvalTTL = workers.ApprovalTTLDefault
+	}
+	consoleHandler, err := console.New(pool, d.Client, &console.Config{
+		ApprovalTTL:     approvalTTL,
+		AuthFailureFunc: d.metrics.authFailures.Inc,
+		Logger:          c.Logger.With(slog.String("component", "console")),
+		Metrics:         d.metrics.registry,
+		RiverUIPath:     riverUIPrefix,
+		Schema:          c.Schema,
+		Tokens:          c.APITokens,
+		UIPassword:      c.UIPassword,
+		UIUser:          c.UIUser,
+	})
+	if err != nil {
+		return nil, err
+	}
+
 	ui, err := newRiverUI(d.Dispatcher.River(), c.Logger)
 	if err != nil {
 		return nil, err
@@ -303,7 +324,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	})
 
 	handlerConfig := &httpHandlerConfig{
-		API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Logger: c.Logger,
+		API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Console: consoleHandler, Logger: c.Logger,
 		Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.UIPassword, UIUser: c.UIUser,
 	}
 	publicParts := partsAll

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
+	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
@@ -30,6 +31,10 @@ type httpHandlerConfig struct {
 	// AuthFailureFunc, when set, counts each River UI request refused for
 	// its credentials, as the API's.
 	AuthFailureFunc func()
+
+	// Console serves /console/, the operator console (package console),
+	// where River UI is served. Nil serves none.
+	Console http.Handler
 
 	// Logger records River UI's changes (cancel, delete, retry, pause) with
 	// the user who made them. Defaults to a logger that discards.
@@ -56,8 +61,8 @@ const (
 	partsAll httpParts = iota
 	// partsPublic is the agents' paths only: /v1/ and /mcp.
 	partsPublic
-	// partsAdmin is the operators' paths: /healthz, /readyz, /metrics and
-	// River UI.
+	// partsAdmin is the operators' paths: /healthz, /readyz, /metrics,
+	// River UI and the console.
 	partsAdmin
 )
 
@@ -95,6 +100,11 @@ func newHTTPHandler(config *httpHandlerConfig, parts httpParts) http.Handler {
 			failed = func() {}
 		}
 		mux.Handle(riverUIPrefix+"/", protectRiverUI(config.RiverUI, config.UIUser, config.UIPassword, logger, failed))
+	}
+	if config.Console != nil && admin {
+		// The console signs its users in itself (operator and reader
+		// tokens, or River UI's user) and guards its own POSTs.
+		mux.Handle(console.Prefix+"/", config.Console)
 	}
 	return mux
 }
