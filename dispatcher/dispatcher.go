@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/workers"
 )
 
@@ -194,14 +195,25 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		c.Retention = workers.RetentionDefault
 	}
 	if c.Schema == "" {
-		c.Schema = "outbox"
+		c.Schema = migrations.SchemaDefault
 	}
 	if c.Workers == 0 {
 		c.Workers = WorkersDefault
 	}
-	if c.ApprovalTTL < 0 || c.DrainBatchSize < 0 || c.DrainPollInterval < 0 || c.EffectTimeout < 0 || c.FetchCooldown < 0 || c.FetchPollInterval < 0 || c.HeartbeatInterval < 0 || c.MaxAttempts < 0 ||
-		c.PruneInterval < 0 || c.ReconcileInterval < 0 || c.Retention < 0 || c.Workers < 0 {
-		return nil, errors.New("dispatcher: durations and sizes must be positive")
+	// Named one by one, as River's config errors are: a caller reads which
+	// field to fix.
+	for _, f := range []struct {
+		name     string
+		negative bool
+	}{
+		{"ApprovalTTL", c.ApprovalTTL < 0}, {"DrainBatchSize", c.DrainBatchSize < 0}, {"DrainPollInterval", c.DrainPollInterval < 0},
+		{"EffectTimeout", c.EffectTimeout < 0}, {"FetchCooldown", c.FetchCooldown < 0}, {"FetchPollInterval", c.FetchPollInterval < 0},
+		{"HeartbeatInterval", c.HeartbeatInterval < 0}, {"MaxAttempts", c.MaxAttempts < 0}, {"PruneInterval", c.PruneInterval < 0},
+		{"ReconcileInterval", c.ReconcileInterval < 0}, {"Retention", c.Retention < 0}, {"Workers", c.Workers < 0},
+	} {
+		if f.negative {
+			return nil, fmt.Errorf("dispatcher: Config.%s must be positive", f.name)
+		}
 	}
 	if len(c.Effects.Names()) == 0 {
 		return nil, errors.New("dispatcher: no effect is enabled")

@@ -15,10 +15,13 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/migrations"
 )
 
-// SchemaDefault is the schema holding outbox's and River's tables.
-const SchemaDefault = "outbox"
+// SchemaDefault is the schema holding outbox's and River's tables: the
+// migrations' (migrations.SchemaDefault), named here for callers of the
+// library.
+const SchemaDefault = migrations.SchemaDefault
 
 // Executor is what EnqueueTx needs: a pgx.Tx, a savepoint (also a pgx.Tx), a
 // *pgx.Conn or a *pgxpool.Pool all fit. Pass a transaction: the point of an

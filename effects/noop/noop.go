@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/migrations"
 )
 
 // NameDefault is the name of the noop effect when Config.Name is empty.
@@ -89,7 +90,7 @@ func New(config *Config) (*Effect, error) {
 	}
 	schema := config.Schema
 	if schema == "" {
-		schema = "outbox"
+		schema = migrations.SchemaDefault
 	}
 	e.table = pgx.Identifier{schema, "outbox_noop_effect"}.Sanitize()
 	return e, nil

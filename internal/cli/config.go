@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/mail"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/outbox-dev/outbox/effects/webhook"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -311,7 +314,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"TLSKeyFile", c.TLSKeyFile == "" || readableFile(c.TLSKeyFile)},
 		{"LogFormat", c.LogFormat == "text" || c.LogFormat == "json"},
 		{"MaxWaits", c.MaxWaits >= 1 && c.MaxWaits <= 100000},
-		{"ModelKeyGuard", c.ModelKeyGuard == "refuse" || c.ModelKeyGuard == "replay" || c.ModelKeyGuard == "off"},
+		{"ModelKeyGuard", slices.Contains([]keyguard.Mode{keyguard.ModeRefuse, keyguard.ModeReplay, keyguard.ModeOff}, keyguard.Mode(c.ModelKeyGuard))},
 		{"LogLevel", validLevel(c.LogLevel)},
 		{"MaxAttempts", c.MaxAttempts >= 1},
 		{"Namespace", outbox.ValidateNamespace(c.Namespace) == nil},
@@ -473,14 +476,36 @@ func (c *Config) loadTokens() error {
 func (c *Config) Tokens() []access.Token { return c.tokens }
 
 func validRateLimit(s string) bool {
-	_, err := httpapi.ParseRateLimit(s)
+	_, err := ParseRateLimit(s)
 	return err == nil
 }
 
 // RateLimitValue returns OUTBOX_RATE_LIMIT, parsed (Validate has checked it).
 func (c *Config) RateLimitValue() httpapi.RateLimit {
-	l, _ := httpapi.ParseRateLimit(c.RateLimit)
+	l, _ := ParseRateLimit(c.RateLimit)
 	return l
+}
+
+// ParseRateLimit parses OUTBOX_RATE_LIMIT, "rps[:burst]": "10" is 10 a
+// second with a burst of 10, "0.5:5" one every two seconds with a burst of 5.
+// The empty string, "0" and "off" are no limit.
+func ParseRateLimit(s string) (httpapi.RateLimit, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" || s == "off" {
+		return httpapi.RateLimit{}, nil
+	}
+	rpsText, burstText, hasBurst := strings.Cut(s, ":")
+	rps, err := strconv.ParseFloat(rpsText, 64)
+	if err != nil || math.IsNaN(rps) || math.IsInf(rps, 0) || rps <= 0 {
+		return httpapi.RateLimit{}, fmt.Errorf("the rate %q is not a positive number of requests a second", rpsText)
+	}
+	burst := max(1, int(math.Ceil(rps)))
+	if hasBurst {
+		if burst, err = strconv.Atoi(burstText); err != nil || burst < 1 {
+			return httpapi.RateLimit{}, fmt.Errorf("the burst %q is not a positive whole number", burstText)
+		}
+	}
+	return httpapi.RateLimit{PerSecond: rps, Burst: burst}, nil
 }
 
 // readableFile reports whether path names a file this process can read.

@@ -117,7 +117,7 @@ type Config struct {
 	RateLimit httpapi.RateLimit
 
 	// MaxWaits bounds the long-poll waits in progress at once, shared by
-	// namespace. Defaults to httpapi.WaitsMaxDefault.
+	// namespace. Defaults to httpapi.MaxWaitsDefault.
 	MaxWaits int
 
 	// ModelKeyGuard is what /mcp's tools and model-keyed enqueues do with a
@@ -239,7 +239,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		RateLimit:             c.RateLimit,
 		Tokens:                c.APITokens,
 		Version:               c.Version,
-		WaitsMax:              c.MaxWaits,
+		MaxWaits:              c.MaxWaits,
 	})
 	if err != nil {
 		return nil, err

@@ -25,10 +25,10 @@ import (
 )
 
 const (
-	// WaitsMaxDefault is Config.WaitsMax's default: OUTBOX_MAX_WAITS's.
+	// MaxWaitsDefault is Config.MaxWaits's default: OUTBOX_MAX_WAITS's.
 	// Waits share one LISTEN connection (outbox.Client.Wait), so a wait
 	// costs a goroutine, not a database connection.
-	WaitsMaxDefault = 1000
+	MaxWaitsDefault = 1000
 
 	// readyTimeout bounds /readyz's look at the database.
 	readyTimeout = 5 * time.Second
@@ -78,14 +78,14 @@ type Config struct {
 	// Version is the server version /mcp reports. Defaults to "dev".
 	Version string
 
-	// WaitsMax bounds the waits (?wait= and get_intent's wait_seconds) in
+	// MaxWaits bounds the waits (?wait= and get_intent's wait_seconds) in
 	// progress at once, shared fairly by namespace: each namespace a token
 	// names gets an equal share, so one tenant's waits never delay
 	// another's. A wait first reads the intent, and takes a share only if
 	// the intent is not final; a wait beyond its namespace's share queues
 	// until one frees or its time is up, and then answers the intent as it
-	// stands. Defaults to WaitsMaxDefault.
-	WaitsMax int
+	// stands. Defaults to MaxWaitsDefault.
+	MaxWaits int
 }
 
 // Handler serves the HTTP API of docs/agents.md: /v1/intents, /v1/effects,
@@ -106,10 +106,10 @@ type Handler struct {
 	migrator        *migrations.Migrator
 	pool            *pgxpool.Pool
 	tokens          []access.Token
-	// waits are the namespaces' shares of WaitsMax.
+	// waits are the namespaces' shares of MaxWaits.
 	waits    map[string]chan struct{}
 	guard    *keyguard.Guard
-	waitsMax int
+	maxWaits int
 }
 
 // New returns the API handler. client carries out the operations; pool runs
@@ -134,14 +134,14 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}
-	waitsMax := config.WaitsMax
-	if waitsMax == 0 {
-		waitsMax = WaitsMaxDefault
+	maxWaits := config.MaxWaits
+	if maxWaits == 0 {
+		maxWaits = MaxWaitsDefault
 	}
-	if waitsMax < 0 {
-		return nil, fmt.Errorf("httpapi: WaitsMax must be positive, not %d", waitsMax)
+	if maxWaits < 0 {
+		return nil, fmt.Errorf("httpapi: MaxWaits must be positive, not %d", maxWaits)
 	}
-	h.waitsMax = waitsMax
+	h.maxWaits = maxWaits
 
 	namespaces := []string{h.defaultNamespace}
 	if len(config.Tokens) > 0 {
@@ -164,7 +164,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	}
 	h.waits = make(map[string]chan struct{}, len(namespaces))
 	for _, namespace := range namespaces {
-		h.waits[namespace] = make(chan struct{}, max(1, waitsMax/len(namespaces)))
+		h.waits[namespace] = make(chan struct{}, max(1, maxWaits/len(namespaces)))
 	}
 	var err error
 	if h.migrator, err = migrations.New(pool, client.Schema()); err != nil {
@@ -326,7 +326,7 @@ func methodNotAllowed(allow string) apiFunc {
 // wait waits until the intent is terminal or ctx ends. It reads first: most
 // waits are for intents already final, and those answer at once whatever
 // other waits are doing. Only then does it take a slot of its namespace's
-// share of WaitsMax. A wait that gets no slot in time returns ctx's error
+// share of MaxWaits. A wait that gets no slot in time returns ctx's error
 // and no intent; callers then read it again and answer it as it stands.
 func (h *Handler) wait(ctx context.Context, namespace, key string) (*outbox.Intent, error) {
 	intent, err := h.client.Get(ctx, namespace, key)

@@ -455,7 +455,7 @@ func TestWait(t *testing.T) {
 	// share of the cap.
 	t.Run("OneTenantsWaitsDoNotDelayAnother", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, &httpapi.Config{WaitsMax: 8, Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}})
+		bundle := setup(t, &httpapi.Config{MaxWaits: 8, Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}})
 		require.Equal(t, http.StatusCreated, bundle.enqueue(t, "pending", `{"effect": "noop", "args": {}}`).status)
 		require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents", token: tokenBeta,
 			header: map[string]string{"Idempotency-Key": "done"}, body: `{"effect": "noop", "args": {}}`}).status)
@@ -492,7 +492,7 @@ func TestWait(t *testing.T) {
 	// intent then stands. The waits with a slot wake at once.
 	t.Run("MoreWaitsThanSlots", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, &httpapi.Config{WaitsMax: 1})
+		bundle := setup(t, &httpapi.Config{MaxWaits: 1})
 		for _, key := range []string{"held", "q"} {
 			require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents",
 				header: map[string]string{"Idempotency-Key": key}, body: `{"effect": "noop", "args": {}}`}).status)
@@ -908,7 +908,7 @@ func TestNewRefuses(t *testing.T) {
 		"DuplicateToken": {Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleAgent), access.NewToken(tokenAlpha, "beta", access.RoleAgent)}},
 		"BadNamespace":   {Tokens: []access.Token{access.NewToken(tokenAlpha, "a b", access.RoleAgent)}},
 		"NoRole":         {Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", 0)}},
-		"NegativeWaits":  {WaitsMax: -1},
+		"NegativeWaits":  {MaxWaits: -1},
 	} {
 		_, err := httpapi.New(pool, client, config)
 		require.Error(t, err, name)

@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,29 +20,7 @@ type RateLimit struct {
 	Burst     int
 }
 
-// ParseRateLimit parses OUTBOX_RATE_LIMIT, "rps[:burst]": "10" is 10 a
-// second with a burst of 10, "0.5:5" one every two seconds with a burst of 5.
-// The empty string, "0" and "off" are no limit.
-func ParseRateLimit(s string) (RateLimit, error) {
-	s = strings.TrimSpace(s)
-	if s == "" || s == "0" || s == "off" {
-		return RateLimit{}, nil
-	}
-	rpsText, burstText, hasBurst := strings.Cut(s, ":")
-	rps, err := strconv.ParseFloat(rpsText, 64)
-	if err != nil || math.IsNaN(rps) || math.IsInf(rps, 0) || rps <= 0 {
-		return RateLimit{}, fmt.Errorf("the rate %q is not a positive number of requests a second", rpsText)
-	}
-	burst := max(1, int(math.Ceil(rps)))
-	if hasBurst {
-		if burst, err = strconv.Atoi(burstText); err != nil || burst < 1 {
-			return RateLimit{}, fmt.Errorf("the burst %q is not a positive whole number", burstText)
-		}
-	}
-	return RateLimit{PerSecond: rps, Burst: burst}, nil
-}
-
-// String gives the limit in ParseRateLimit's form.
+// String gives the limit in OUTBOX_RATE_LIMIT's form (cli.ParseRateLimit).
 func (l RateLimit) String() string {
 	if l.PerSecond <= 0 {
 		return "off"
