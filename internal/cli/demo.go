@@ -37,9 +37,9 @@ in OUTBOX_SCHEMA, so that no serve picks up its intents (DROP SCHEMA
 outbox_demo CASCADE removes it). The providers are the sandbox's stand-ins on
 loopback ports; nothing leaves the machine.
 
-Once the story is told, the demo keeps serving the HTTP API, River UI and
-/metrics on OUTBOX_HTTP_ADDR, or a free loopback port when that is not set,
-until Ctrl-C. With --exit it stops at once, with exit status 0 only if every
+Once the story is told, the demo keeps serving the HTTP API, River UI, the
+operator console (/console/) and /metrics on OUTBOX_HTTP_ADDR, or a free
+loopback port when that is not set, until Ctrl-C. With --exit it stops at once, with exit status 0 only if every
 check of the story held. Logs are off unless OUTBOX_LOG_LEVEL is set; then
 they go to stderr.`,
 }
@@ -104,6 +104,10 @@ func (a *app) demo(ctx context.Context, args []string) error {
 		out.Printf("outboxd keeps serving until Ctrl-C:\n")
 	}
 	out.Printf("  River UI  %s/riverui/\n", base)
+	// The console opens without signing in when the demo runs without
+	// tokens (loopback, as River UI); with tokens, an operator's or a
+	// reader's signs in.
+	out.Printf("  console   %s/console/\n", base)
 	out.Printf("  metrics   %s/metrics\n", base)
 	out.Printf("  API       %s/v1/intents\n", base)
 	if key := s.UnknownEmailKey(); key != "" {

@@ -103,6 +103,7 @@ func TestDemo(t *testing.T) {
 	require.Contains(t, out, "Every check held.")
 	require.Contains(t, out, "outboxd keeps serving until Ctrl-C:\n")
 	require.Regexp(t, `River UI  http://127\.0\.0\.1:\d+/riverui/\n`, out)
+	require.Regexp(t, `console   http://127\.0\.0\.1:\d+/console/\n`, out)
 	require.Regexp(t, `metrics   http://127\.0\.0\.1:\d+/metrics\n`, out)
 	require.Contains(t, out, "\nstopping\n")
 	require.Empty(t, strings.TrimSpace(stderr.String()), "logs are off unless OUTBOX_LOG_LEVEL is set")
