@@ -3,9 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strings"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-dev/outbox/outbox"
 
@@ -216,31 +213,6 @@ func (a *app) migratePrintGrants(ctx context.Context, args []string) error {
 			return &usageError{cmd: cmdMigratePrintGrants.name, msg: fmt.Sprintf("namespace %q: %s", ns, err)}
 		}
 	}
-	_, err = fmt.Fprint(a.stdout, grantsSQL(cfg.Schema, role, namespaces))
+	_, err = fmt.Fprint(a.stdout, migrations.GrantsSQL(cfg.Schema, role, namespaces))
 	return err
 }
-
-// grantsSQL is migrate print-grants' output (docs/operations.md, "Database
-// roles").
-func grantsSQL(schema, role string, namespaces []string) string {
-	s, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
-	var b strings.Builder
-	fmt.Fprintf(&b, "-- Lets %s enqueue through outbox's SQL functions in schema %s; run as the schema's owner.\n", r, s)
-	fmt.Fprintf(&b, "GRANT USAGE ON SCHEMA %s TO %s;\n", s, r)
-	// Both signatures of each: the later ones take require_approval.
-	fmt.Fprintf(&b, "GRANT EXECUTE ON FUNCTION %s.enqueue(text, text, text, jsonb, text), "+
-		"%s.enqueue(text, text, text, jsonb, text, boolean), "+
-		"%s.outbox_enqueue_many(text[], text[], text[], jsonb[], text[], text[]), "+
-		"%s.outbox_enqueue_many(text[], text[], text[], jsonb[], text[], text[], boolean[]) TO %s;\n", s, s, s, s, r)
-	if len(namespaces) == 0 {
-		namespaces = []string{"*"}
-	}
-	for _, ns := range namespaces {
-		fmt.Fprintf(&b, "INSERT INTO %s.outbox_namespace_grant (role_name, namespace) VALUES (%s, %s) ON CONFLICT DO NOTHING;\n",
-			s, sqlLiteral(role), sqlLiteral(ns))
-	}
-	return b.String()
-}
-
-// sqlLiteral quotes s as an SQL string literal.
-func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
