@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/outbox-dev/outbox/internal/redact"
+	"github.com/outbox-dev/outbox/internal/telemetry"
 )
 
 // redactedValue replaces the value of a redacted key: an effect's personal
@@ -33,10 +34,12 @@ func newCommandLogger(cfg *Config, w io.Writer) *slog.Logger {
 
 func newLoggerAt(cfg *Config, w io.Writer, level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: redactAttr}
+	// The trace's ids on lines logged within a span (traces are off unless
+	// configured, and then no span is valid: nothing is added).
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(telemetry.NewLogHandler(slog.NewTextHandler(w, opts)))
 }
 
 // redactAttr is the handlers' ReplaceAttr.

@@ -14,10 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/keyguard"
+	"github.com/outbox-dev/outbox/internal/telemetry"
 	"github.com/outbox-dev/outbox/migrations"
 )
 
@@ -75,6 +77,28 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
+	tracerProvider, err := telemetry.NewTracerProvider(ctx, &telemetry.TracerProviderConfig{
+		LookupEnvFunc: a.lookuper.Lookup,
+		Version:       version(),
+	})
+	if err != nil {
+		return err
+	}
+	// Last to stop: the spans of the stop itself are flushed too.
+	defer func() {
+		if err := tracerProvider.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			logger.WarnContext(ctx, "could not flush traces", "error", err)
+		}
+	}()
+	if tracerProvider.Enabled {
+		// The instrumentation libraries take the global provider. It is set
+		// only when traces are configured, so that serves started side by
+		// side in one process (the tests, the demo) stay independent.
+		otel.SetTracerProvider(tracerProvider)
+		otel.SetTextMapPropagator(telemetry.Propagator())
+		logger.InfoContext(ctx, "exporting traces")
+	}
+
 	pool, err := connect(ctx, cfg, daemon.PoolSize(cfg.Workers))
 	if err != nil {
 		return err
@@ -107,10 +131,13 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The serving line names the version, as outbox_build_info and the
+	// traces' service.version do: one value to join the three on during a
+	// deploy.
 	if d.AdminAddr() != "" {
-		logger.InfoContext(ctx, "outboxd serving", "addr", d.Addr(), "admin_addr", d.AdminAddr(), "tls", cfg.TLSCertFile != "")
+		logger.InfoContext(ctx, "outboxd serving", "addr", d.Addr(), "admin_addr", d.AdminAddr(), "tls", cfg.TLSCertFile != "", "version", version())
 	} else {
-		logger.InfoContext(ctx, "outboxd serving", "addr", d.Addr(), "tls", cfg.TLSCertFile != "")
+		logger.InfoContext(ctx, "outboxd serving", "addr", d.Addr(), "tls", cfg.TLSCertFile != "", "version", version())
 	}
 
 	var runErr error
