@@ -383,8 +383,11 @@ func (h *Handler) intent(w http.ResponseWriter, r *http.Request, p *principal) {
 	}
 	v := &intentView{
 		Intent: intent, Args: redact.JSON(intent.Args), Jobs: jobs, RiverUIPath: h.riverUIPath,
-		LookupHint: lookupHint(intent.Effect, intent.ProviderKey), ProviderObjectID: providerObjectID(intent.Result),
-		CanCancel: intent.State == outbox.StatePending || intent.State == outbox.StateAwaitingApproval,
+		ProviderObjectID: providerObjectID(intent.Result),
+		CanCancel:        intent.State == outbox.StatePending || intent.State == outbox.StateAwaitingApproval,
+	}
+	if intent.State == outbox.StateUnknown {
+		v.LookupHint = lookupHint(intent.Effect, intent.ProviderKey)
 	}
 	if len(intent.Result) > 0 {
 		v.ResultJSON = redact.JSON(intent.Result)
@@ -459,8 +462,11 @@ func timeline(in *outbox.Intent, jobs []*job) []event {
 		ev = append(ev, event{At: *in.ResolvedAt, What: what, Detail: join(by(in.ResolvedBy), note(in.ResolutionNote))})
 	}
 	if in.CompletedAt != nil {
+		// An intent resolved as succeeded keeps the error of the attempt
+		// that left it unknown; the end names an error only when it is
+		// the outcome.
 		detail := ""
-		if in.Error != nil {
+		if in.Error != nil && in.State != outbox.StateSucceeded {
 			detail = in.Error.Code + ": " + in.Error.Message
 		}
 		ev = append(ev, event{At: *in.CompletedAt, What: "ended " + strings.ReplaceAll(string(in.State), "_", " "), Detail: detail})
