@@ -219,6 +219,10 @@ type Config struct {
 	// lookuper is where the configuration was read from: declared effects
 	// read their {env.*} variables from it too.
 	lookuper envconfig.Lookuper
+
+	// loopbackEffects sends declared effects only to loopback hosts, as the
+	// sandbox does: the demo sets it.
+	loopbackEffects bool
 }
 
 // workersMax bounds OUTBOX_WORKERS, and so serve's pool size.

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,9 +17,9 @@ import (
 	"github.com/outbox-dev/outbox/effects/charge"
 	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/effects/email"
-	"github.com/outbox-dev/outbox/effects/noop"
 	"github.com/outbox-dev/outbox/effects/ticket"
 	"github.com/outbox-dev/outbox/effects/webhook"
+	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 )
@@ -103,6 +105,17 @@ func startEffectRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) (
 			return nil, nil, err
 		}
 		stop = sb.Close
+		// The noop effects record what they do in a fixture table of the
+		// sandbox's, which the migrations do not create.
+		if pool != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := noop.EnsureTable(ctx, pool, cfg.Schema)
+			cancel()
+			if err != nil {
+				sb.Close()
+				return nil, nil, err
+			}
+		}
 		settings = sandboxSettings(cfg, sb.Stripe.URL(), sb.SMTP.Addr(), sb.Zendesk.URL(),
 			sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true), sb.Webhooks.Secret())
 		// Their addresses, for a person who wants to look (each HTTP
@@ -316,7 +329,7 @@ func loadDeclared(cfg *Config, file string, noEnv bool, onRuleError func(string)
 	return declared.Load(file, &declared.Config{
 		EffectTimeout: cfg.EffectTimeout,
 		LookupEnv:     lookupEnv,
-		LoopbackOnly:  cfg.Sandbox,
+		LoopbackOnly:  cfg.Sandbox || cfg.loopbackEffects,
 		NoEnv:         noEnv,
 		OnRuleError:   onRuleError,
 		Reserved:      reserved,

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/testdb"

@@ -20,7 +20,7 @@ import (
 
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/testdb"

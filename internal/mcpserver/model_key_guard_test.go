@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/effects/noop"
+	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/outbox"

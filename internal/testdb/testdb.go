@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/migrations"
 )
@@ -357,6 +358,11 @@ func MigratedSchema(tb testing.TB) (*pgxpool.Pool, string) {
 	}
 	if _, err := migrator.Up(context.Background()); err != nil {
 		tb.Fatalf("testdb: error migrating schema %s: %v", schema, err)
+	}
+	// The sandbox's fixture table, which the tests' noop effects record in
+	// (the migrations no longer create it).
+	if err := noop.EnsureTable(context.Background(), pool, schema); err != nil {
+		tb.Fatalf("testdb: %v", err)
 	}
 	return pool, schema
 }
