@@ -2,7 +2,7 @@
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: demo run test lint bench ci
+.PHONY: demo run test lint bench soak ci
 
 # The first run: the story outbox exists for, told with real calls, then
 # River UI and /metrics until Ctrl-C. A throwaway PostgreSQL unless
@@ -30,5 +30,11 @@ lint:
 # Plain River against outbox, side by side, on DATABASE_URL.
 bench:
 	TEST_DATABASE_URL='$(DATABASE_URL)' go test ./internal/bench -run '^$$' -bench Compare -benchtime 1x -timeout 30m
+
+# Not in CI: two serve replicas for 30 minutes at half the measured maximum
+# rate, a fault every minute, samples every 10 s (SOAK_OUT names the CSV).
+# DATABASE_URL must be TCP: the lost-ack fault proxies serve's connections.
+soak:
+	TEST_DATABASE_URL='$(DATABASE_URL)' go test ./integration -run TestSoak -soak.duration 30m -timeout 45m -count=1 -v
 
 ci: lint test
