@@ -21,9 +21,14 @@ run:
 test:
 	go test ./...
 
+# golangci-lint (pinned, installed by scripts/install-test-tools.sh into
+# GOPATH/bin): gofmt and gci, go vet, staticcheck, errcheck, errorlint,
+# gosec, misspell, revive and unparam, as .golangci.yml configures them.
+GOLANGCI_LINT ?= $(shell command -v golangci-lint 2>/dev/null || echo $$(go env GOPATH)/bin/golangci-lint)
+
 lint:
-	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
-	go vet ./...
+	@test -x "$(GOLANGCI_LINT)" || { echo "golangci-lint is missing: scripts/install-test-tools.sh installs it"; exit 1; }
+	$(GOLANGCI_LINT) run ./...
 	@if [ -d examples/typescript/node_modules ]; then cd examples/typescript && npx --no -- tsc --noEmit --project .; \
 	else echo "examples/typescript not type-checked: npm ci there first"; fi
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,7 +53,7 @@ func outboxd(t testing.TB) string {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			binError = fmt.Errorf("go build: %v\n%s", err, out.String())
+			binError = fmt.Errorf("go build: %w\n%s", err, out.String())
 		}
 	})
 	require.NoError(t, binError)
@@ -113,8 +114,8 @@ func (e *env) run(args ...string) (stdout, stderr string, code int) {
 	err := cmd.Run()
 	code = 0
 	if err != nil {
-		exitErr, ok := err.(*exec.ExitError)
-		require.True(e.t, ok, "running outboxd %v: %v", args, err)
+		var exitErr *exec.ExitError
+		require.True(e.t, errors.As(err, &exitErr), "running outboxd %v: %v", args, err)
 		code = exitErr.ExitCode()
 	}
 	return out.String(), errOut.String(), code

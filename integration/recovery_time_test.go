@@ -107,7 +107,7 @@ func TestRecoveryTime(t *testing.T) {
 						continue
 					}
 					if ids := r.p.hangingSince(marks[i], byID); len(ids) > 0 {
-						victim, hanging = r, ids
+						victim = r
 						break
 					}
 				}

@@ -103,13 +103,6 @@ func newLostAck(name, match, toxic, stream string, attrs map[string]any, n int) 
 	return a
 }
 
-// times returns the moments the fault fired.
-func (a *lostAck) times() []time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]time.Time(nil), a.firedAt...)
-}
-
 // pgFront is what outboxd takes for PostgreSQL: a listener that gives every
 // connection a Toxiproxy proxy of its own (a toxic applies to every
 // connection of its proxy, and a fault must hit its victim only) and reads

@@ -355,7 +355,11 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*Result, error) {
 		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()); err != nil {
 			return fmt.Errorf("error dropping migration table: %w", err)
 		}
-		riverRes, err := m.river.MigrateTx(ctx, tx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1})
+		// In the caller's transaction on purpose: outbox's tables and River's
+		// go down together or not at all, under the migration lock. River
+		// deprecates MigrateTx for the migrations that cannot run in one
+		// transaction; none of River's down migrations here is one.
+		riverRes, err := m.river.MigrateTx(ctx, tx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1}) //nolint:staticcheck // see above
 		if err != nil {
 			return fmt.Errorf("error reverting River migrations: %w", err)
 		}

@@ -358,7 +358,7 @@ func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentB
 		// Matched by args, as the drain does, not by the results' order.
 		var args IntentArgs
 		if err := json.Unmarshal(r.Job.EncodedArgs, &args); err != nil || args.IntentID != owned[i] {
-			return nil, fmt.Errorf("River returned the job of intent %d at the position of %d", args.IntentID, owned[i])
+			return nil, fmt.Errorf("river returned the job of intent %d at the position of %d", args.IntentID, owned[i])
 		}
 		jobIDs[i] = r.Job.ID
 	}

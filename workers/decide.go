@@ -193,7 +193,7 @@ func Decide(s Situation) Decision {
 const (
 	codeAttemptsExhausted  = "attempts_exhausted"
 	codeDeclarationChanged = "declaration_changed"
-	codeDedupeWindowPassed = "dedupe_window_passed"
+	codeDedupeWindowPassed = "dedupe_window_passed" //nolint:gosec // an error code: G101 reads "passed" as a password
 	codeLookupFailed       = "lookup_failed"
 	codeOutcomeLost        = "outcome_lost"
 )

@@ -257,7 +257,7 @@ func (e *Effect) build(ctx context.Context, d *requestDecl, a *attempt) (*http.R
 	r.Header.Set("Accept", "application/json")
 	r.Header.Set("User-Agent", "outbox")
 	for _, h := range d.headers {
-		v, ok, err := h.value.renderString(a.rc, nil)
+		v, ok, err := h.value.renderString(a.rc)
 		if err != nil {
 			return nil, err
 		}
@@ -331,7 +331,7 @@ func (e *Effect) classify(resp *httpsend.Response, a *attempt) (json.RawMessage,
 	if class == ClassSuccess {
 		result, err := e.extract(e.result, vars.body)
 		if err != nil {
-			return nil, effects.Ambiguous("unreadable_answer", fmt.Errorf("effect %s: answered %d, but %v", e.name, status, err))
+			return nil, effects.Ambiguous("unreadable_answer", fmt.Errorf("effect %s: answered %d, but %w", e.name, status, err))
 		}
 		return result, nil
 	}

@@ -24,7 +24,7 @@ func FuzzTemplate(f *testing.F) {
 			providerKey: "pk",
 			createdAt:   "2026-01-01T00:00:00Z",
 		}
-		s, ok, err := tp.renderString(rc, nil)
+		s, ok, err := tp.renderString(rc)
 		if err != nil || !ok {
 			return
 		}

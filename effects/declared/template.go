@@ -224,9 +224,9 @@ func (e *invalidArgsError) Error() string { return e.msg }
 
 // renderString renders t as text. ok is false when t is exactly one
 // placeholder whose argument is absent (the caller drops what holds it); an
-// absent argument inside longer text is an *invalidArgsError. escape, when
-// set, is applied to each placeholder's text.
-func (t *template) renderString(rc *renderCtx, escape func(string) string) (s string, ok bool, err error) {
+// absent argument inside longer text is an *invalidArgsError. Escaping is
+// the caller's (a path segment, a query value).
+func (t *template) renderString(rc *renderCtx) (s string, ok bool, err error) {
 	var b strings.Builder
 	for _, p := range t.parts {
 		if p.ph == nil {
@@ -240,11 +240,7 @@ func (t *template) renderString(rc *renderCtx, escape func(string) string) (s st
 			}
 			return "", false, &invalidArgsError{msg: fmt.Sprintf("%s is absent, and the text %q needs it", p.ph.text, t.raw)}
 		}
-		s := text(v)
-		if escape != nil {
-			s = escape(s)
-		}
-		b.WriteString(s)
+		b.WriteString(text(v))
 	}
 	return b.String(), true, nil
 }
@@ -260,6 +256,6 @@ func (t *template) renderValue(rc *renderCtx) (v any, ok bool, err error) {
 		}
 		return v, err == nil, err
 	}
-	s, ok, err := t.renderString(rc, nil)
+	s, ok, err := t.renderString(rc)
 	return s, ok, err
 }

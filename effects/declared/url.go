@@ -35,7 +35,7 @@ var literalBaseRE = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*://[^/?#{}]+)`)
 // parseURLTemplate parses a declared URL. lookup allows {intent.created_at}.
 func parseURLTemplate(raw string, lookup bool) (*urlTemplate, error) {
 	u := &urlTemplate{raw: raw}
-	rest := raw
+	var rest string
 	switch {
 	case strings.HasPrefix(raw, "{env."):
 		end := strings.IndexByte(raw, '}')
@@ -173,7 +173,7 @@ func (u *urlTemplate) render(rc *renderCtx) (string, error) {
 			}
 			continue
 		}
-		s, ok, err := seg.renderString(rc, nil)
+		s, ok, err := seg.renderString(rc)
 		if err != nil {
 			return "", err
 		}
@@ -187,7 +187,7 @@ func (u *urlTemplate) render(rc *renderCtx) (string, error) {
 	}
 	sep := byte('?')
 	for _, q := range u.query {
-		s, ok, err := q.value.renderString(rc, nil)
+		s, ok, err := q.value.renderString(rc)
 		if err != nil {
 			return "", err
 		}

@@ -239,10 +239,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 	if err != nil {
 		return nil, effects.Permanent("invalid_args", err)
 	}
-	msg, err := e.compose(args, req.ProviderKey)
-	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
-	}
+	msg := e.compose(args, req.ProviderKey)
 
 	timeout := timeoutDefault
 	if deadline, ok := ctx.Deadline(); ok {
@@ -253,7 +250,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 	}
 	client, err := e.client(ctx, timeout)
 	if err != nil {
-		return nil, effects.Permanent("invalid_config", fmt.Errorf("smtp: %v", err))
+		return nil, effects.Permanent("invalid_config", fmt.Errorf("smtp: %w", err))
 	}
 	smtpClient, err := client.DialToSMTPClientWithContext(ctx)
 	if err != nil {
@@ -335,7 +332,8 @@ func (e *Effect) client(ctx context.Context, timeout time.Duration) (*gomail.Cli
 	return gomail.NewClient(e.host, opts...)
 }
 
-func (e *Effect) compose(args *Args, providerKey string) (*gomail.Msg, error) {
+// compose builds the message of checked arguments.
+func (e *Effect) compose(args *Args, providerKey string) *gomail.Msg {
 	msg := gomail.NewMsg()
 	msg.FromMailAddress(e.from)
 	msg.ToMailAddress(args.To...)
@@ -357,7 +355,7 @@ func (e *Effect) compose(args *Args, providerKey string) (*gomail.Msg, error) {
 	default:
 		msg.SetBodyString(gomail.TypeTextPlain, args.Text)
 	}
-	return msg, nil
+	return msg
 }
 
 // classify turns go-mail's send error into an effect error.

@@ -62,7 +62,7 @@ func ParseEndpoints(s string) ([]Endpoint, error) {
 			ep.URL, ep.Dedupe = u, true
 		}
 		if err := validURL(ep.URL); err != nil {
-			return nil, fmt.Errorf("entry %d (%s): %v", i+1, name, err)
+			return nil, fmt.Errorf("entry %d (%s): %w", i+1, name, err)
 		}
 		if slices.ContainsFunc(out, func(e Endpoint) bool { return e.Name == name }) {
 			return nil, fmt.Errorf("entry %d: endpoint %s named twice", i+1, name)
@@ -158,7 +158,7 @@ func New(config *Config) (*Effect, error) {
 			return nil, fmt.Errorf("webhook: endpoint name %q must be letters, digits, _ . -", ep.Name)
 		}
 		if err := validURL(ep.URL); err != nil {
-			return nil, fmt.Errorf("webhook: endpoint %s: %v", ep.Name, err)
+			return nil, fmt.Errorf("webhook: endpoint %s: %w", ep.Name, err)
 		}
 		if _, dup := e.endpoints[ep.Name]; dup {
 			return nil, fmt.Errorf("webhook: endpoint %s named twice", ep.Name)

@@ -199,7 +199,7 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 	// A declared effect (OUTBOX_EFFECTS_FILE) goes to loopback hosts only:
 	// the demo never calls a real provider.
 	effectsCfg.loopbackEffects = true
-	registry, err := buildRegistry(&effectsCfg, pool, logger, sandboxSettings(&effectsCfg, sb.Stripe.URL(), sb.SMTP.Addr(),
+	registry, err := buildRegistry(&effectsCfg, pool, logger, sandboxSettings(sb.Stripe.URL(), sb.SMTP.Addr(),
 		sb.Zendesk.URL(), sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true), sb.Webhooks.Secret()))
 	if err != nil {
 		return env, err

@@ -83,7 +83,7 @@ func newEffectRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) (*e
 	if cfg.Sandbox {
 		// Validation never reaches a provider: addresses that no one
 		// listens on stand in for the stand-ins.
-		settings = sandboxSettings(cfg, "http://127.0.0.1:9", "127.0.0.1:9", "http://127.0.0.1:9",
+		settings = sandboxSettings("http://127.0.0.1:9", "127.0.0.1:9", "http://127.0.0.1:9",
 			"http://127.0.0.1:9/dedupe/"+sandboxWebhookEndpoint, "whsec_c2FuZGJveA==")
 	}
 	return buildRegistry(cfg, pool, logger, settings)
@@ -116,7 +116,7 @@ func startEffectRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) (
 				return nil, nil, err
 			}
 		}
-		settings = sandboxSettings(cfg, sb.Stripe.URL(), sb.SMTP.Addr(), sb.Zendesk.URL(),
+		settings = sandboxSettings(sb.Stripe.URL(), sb.SMTP.Addr(), sb.Zendesk.URL(),
 			sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true), sb.Webhooks.Secret())
 		// Their addresses, for a person who wants to look (each HTTP
 		// stand-in answers GET /_sandbox/stats and takes faults at POST
@@ -173,7 +173,7 @@ func configuredProviders(cfg *Config) *providerSettings {
 	return s
 }
 
-func sandboxSettings(cfg *Config, stripeURL, smtpAddr, zendeskURL, webhookURL, webhookSecret string) *providerSettings {
+func sandboxSettings(stripeURL, smtpAddr, zendeskURL, webhookURL, webhookSecret string) *providerSettings {
 	return &providerSettings{
 		smtpAddr:      smtpAddr,
 		smtpFrom:      sandboxSMTPFrom,

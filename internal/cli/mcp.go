@@ -90,8 +90,11 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 	case err = <-ended:
 		// The client closed stdin: the normal end.
 	case <-ctx.Done():
-		session.Close() //nolint:errcheck // stopping anyway
-		<-ended
+		_ = session.Close() // stopping anyway: its error says nothing more
+		if endErr := <-ended; endErr != nil {
+			// The end Close caused, not the client's.
+			logger.DebugContext(context.WithoutCancel(ctx), "mcp session ended by the stop", "error", endErr)
+		}
 		err = nil
 	}
 	logger.InfoContext(context.WithoutCancel(ctx), "outboxd mcp stopped")

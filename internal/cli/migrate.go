@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/outbox-dev/outbox/outbox"
-
 	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 var (

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 

@@ -45,17 +45,17 @@ func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
 	return s, nil
 }
 
-func (s *Cluster) startStandby(ctx context.Context, primary *Cluster) error {
-	if s.credential != nil {
-		if err := s.prepareDirForCredential(); err != nil {
+func (c *Cluster) startStandby(ctx context.Context, primary *Cluster) error {
+	if c.credential != nil {
+		if err := c.prepareDirForCredential(); err != nil {
 			return err
 		}
 	}
-	if err := s.startWatchdog(); err != nil {
+	if err := c.startWatchdog(); err != nil {
 		return err
 	}
-	output, err := s.command(ctx, "pg_basebackup",
-		"--pgdata="+s.dataDir,
+	output, err := c.command(ctx, "pg_basebackup",
+		"--pgdata="+c.dataDir,
 		"--host="+primary.dir,
 		fmt.Sprintf("--port=%d", socketPort),
 		"--username=postgres",
@@ -69,13 +69,13 @@ func (s *Cluster) startStandby(ctx context.Context, primary *Cluster) error {
 	if err != nil {
 		return fmt.Errorf("error running pg_basebackup: %w\n%s", err, bytes.TrimSpace(output))
 	}
-	if err := s.startServer(ctx, socketPort); err != nil {
+	if err := c.startServer(ctx, socketPort); err != nil {
 		return err
 	}
-	if err := checkConnection(ctx, s.url); err != nil {
-		return fmt.Errorf("error connecting to the standby: %w\n%s", err, s.logTail())
+	if err := checkConnection(ctx, c.url); err != nil {
+		return fmt.Errorf("error connecting to the standby: %w\n%s", err, c.logTail())
 	}
-	s.logger.InfoContext(ctx, "pgcluster: started standby", "dir", s.dir, "primary", primary.dir)
+	c.logger.InfoContext(ctx, "pgcluster: started standby", "dir", c.dir, "primary", primary.dir)
 	return nil
 }
 
@@ -113,7 +113,7 @@ func (c *Cluster) Promote(ctx context.Context) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("standby still in recovery 30 s after its promotion: %v", err)
+			return fmt.Errorf("standby still in recovery 30 s after its promotion: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -92,7 +92,7 @@ func TestResourceVersion(t *testing.T) {
 	require.NoError(t, err)
 	attrs := map[string]string{}
 	for _, kv := range res.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.AsString()
 	}
 	require.Equal(t, "v1.2.3", attrs[string(semconv.ServiceVersionKey)])
 	require.Equal(t, telemetry.ServiceName, attrs[string(semconv.ServiceNameKey)])

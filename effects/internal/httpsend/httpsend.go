@@ -140,7 +140,7 @@ func Do(client *http.Client, req *http.Request, provider string) (*Response, err
 		// The provider answered, and so acted or refused; which one was
 		// lost with the rest of the answer, unless the status says.
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-			return nil, effects.Ambiguous("connection_lost", fmt.Errorf("%s: answered %d, then the connection failed: %v", provider, resp.StatusCode, cause(err)))
+			return nil, effects.Ambiguous("connection_lost", fmt.Errorf("%s: answered %d, then the connection failed: %w", provider, resp.StatusCode, cause(err)))
 		}
 	}
 	return &Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: body}, nil
@@ -152,12 +152,12 @@ func Do(client *http.Client, req *http.Request, provider string) (*Response, err
 func TransportError(err error, probe *Probe, provider string) error {
 	c := cause(err)
 	if !probe.Written() {
-		return effects.NotSent("connection_failed", fmt.Errorf("%s: request not sent: %v", provider, c))
+		return effects.NotSent("connection_failed", fmt.Errorf("%s: request not sent: %w", provider, c))
 	}
 	if isTimeout(err) {
-		return effects.Ambiguous("timeout", fmt.Errorf("%s: no answer before the deadline after the request was sent: %v", provider, c))
+		return effects.Ambiguous("timeout", fmt.Errorf("%s: no answer before the deadline after the request was sent: %w", provider, c))
 	}
-	return effects.Ambiguous("connection_lost", fmt.Errorf("%s: connection failed after the request was sent: %v", provider, c))
+	return effects.Ambiguous("connection_lost", fmt.Errorf("%s: connection failed after the request was sent: %w", provider, c))
 }
 
 // cause strips the *url.Error around err, whose message quotes the URL.
