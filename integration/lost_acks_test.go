@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -235,9 +236,24 @@ func TestLostAcks(t *testing.T) {
 }
 
 // mustHost returns a URL's host:port.
+// mustHost returns the TCP address of the database at raw: its host and
+// port, or, for a Unix socket (the throwaway cluster of a run without
+// TEST_DATABASE_URL: host=/dir in the query), a loopback relay to the
+// socket, since Toxiproxy and the front dial TCP only.
 func mustHost(t testing.TB, raw string) string {
 	t.Helper()
 	u, err := url.Parse(raw)
 	require.NoError(t, err)
+	q := u.Query()
+	if dir := q.Get("host"); strings.HasPrefix(dir, "/") {
+		port := q.Get("port")
+		if port == "" {
+			port = "5432"
+		}
+		return unixRelay(t, filepath.Join(dir, ".s.PGSQL."+port))
+	}
+	if u.Host != "" && u.Port() == "" {
+		return u.Host + ":5432"
+	}
 	return u.Host
 }
