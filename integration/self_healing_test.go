@@ -29,30 +29,10 @@ import (
 // so that only the worker's own rule is tested.
 func TestStaleAttemptDoesNotStrandItsIntent(t *testing.T) {
 	t.Parallel()
-	p := newProviderEnv(t, false, "OUTBOX_EFFECT_TIMEOUT=3s", "OUTBOX_RECONCILE_INTERVAL=1h")
-	a := p.serve()
 	// Request 1 (A's) and request 2 (B's) hang without creating the ticket,
 	// each until its client gives up; request 3 creates it.
-	intent := p.enqueueWithFaults(t, "stale-1", "ticket", effectArgs["ticket"],
-		sandbox.Fault{Kind: sandbox.FaultHangBefore}, sandbox.Fault{Kind: sandbox.FaultHangBefore})
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
+	p, a, intent := pausedTakeOver(t, "stale-1", sandbox.Fault{Kind: sandbox.FaultHangBefore}, sandbox.Fault{Kind: sandbox.FaultHangBefore})
 	zendesk := p.sb.Zendesk
-	require.NoError(t, zendesk.WaitHanging(ctx, intent.ProviderKey))
-	a.signal(syscall.SIGSTOP)
-	t.Cleanup(func() { a.signal(syscall.SIGCONT) })
-
-	// B becomes River's leader once A's leadership lapses, rescues the job
-	// (older than three effect timeouts), claims the intent (A's lease has
-	// expired), looks the ticket up (not found) and sends request 2.
-	p.serve()
-	for zendesk.RequestsFor(intent.ProviderKey) < 2 {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the second replica never sent: %d requests", zendesk.RequestsFor(intent.ProviderKey))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 	// A comes back while B's request hangs: its deadline has long passed,
 	// its outcome is ambiguous, and its fenced write is rejected.
 	a.signal(syscall.SIGCONT)
@@ -78,27 +58,9 @@ func TestStaleAttemptDoesNotStrandItsIntent(t *testing.T) {
 // ticket.
 func TestStaleSendIsLookedUpBeforeResend(t *testing.T) {
 	t.Parallel()
-	p := newProviderEnv(t, false, "OUTBOX_EFFECT_TIMEOUT=3s", "OUTBOX_RECONCILE_INTERVAL=1h")
-	a := p.serve()
-	intent := p.enqueueWithFaults(t, "stale-resend-1", "ticket", effectArgs["ticket"],
-		sandbox.Fault{Kind: sandbox.FaultHeldBefore}, sandbox.Fault{Kind: sandbox.FaultUnavailable})
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
+	// B looks up (nothing) and sends request 2, which meets the 503.
+	p, a, intent := pausedTakeOver(t, "stale-resend-1", sandbox.Fault{Kind: sandbox.FaultHeldBefore}, sandbox.Fault{Kind: sandbox.FaultUnavailable})
 	zendesk := p.sb.Zendesk
-	require.NoError(t, zendesk.WaitHanging(ctx, intent.ProviderKey))
-	a.signal(syscall.SIGSTOP)
-	t.Cleanup(func() { a.signal(syscall.SIGCONT) })
-
-	// B rescues the job once A's leadership lapses, looks up (nothing),
-	// and sends request 2, which meets the 503.
-	p.serve()
-	for zendesk.RequestsFor(intent.ProviderKey) < 2 {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the second replica never sent: %d requests", zendesk.RequestsFor(intent.ProviderKey))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 	// The provider now acts on A's held request (ticket 1), before B's
 	// next attempt (the 503's Retry-After is a second away), and A comes
 	// back to a stale claim.
@@ -111,6 +73,35 @@ func TestStaleSendIsLookedUpBeforeResend(t *testing.T) {
 	require.Equal(t, outbox.StateSucceeded, final.State, "intent: %+v", final)
 	t.Logf("TestStaleSendIsLookedUpBeforeResend: 1 intent, %d requests, %d ticket, 0 duplicates, attempts %d",
 		zendesk.RequestsFor(intent.ProviderKey), zendesk.EffectsFor(intent.ProviderKey), final.Attempts)
+}
+
+// pausedTakeOver sets up the stale-attempt tests: replica A sends the
+// ticket intent key's first request (meeting faults, one a request), is
+// paused (SIGSTOP) while that request hangs at the Zendesk stand-in, and
+// replica B takes the intent over once A's lease and leadership lapse (it
+// rescues the job, claims the intent, looks the ticket up, and sends
+// request 2). It returns once request 2 has arrived; A is still paused, and
+// resumed when the test ends.
+func pausedTakeOver(t *testing.T, key string, faults ...sandbox.Fault) (*providerEnv, *process, *outbox.Intent) {
+	t.Helper()
+	p := newProviderEnv(t, false, "OUTBOX_EFFECT_TIMEOUT=3s", "OUTBOX_RECONCILE_INTERVAL=1h")
+	a := p.serve()
+	intent := p.enqueueWithFaults(t, key, "ticket", effectArgs["ticket"], faults...)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	zendesk := p.sb.Zendesk
+	require.NoError(t, zendesk.WaitHanging(ctx, intent.ProviderKey))
+	a.signal(syscall.SIGSTOP)
+	t.Cleanup(func() { a.signal(syscall.SIGCONT) })
+	p.serve()
+	for zendesk.RequestsFor(intent.ProviderKey) < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the second replica never sent: %d requests", zendesk.RequestsFor(intent.ProviderKey))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return p, a, intent
 }
 
 // An operator cancels one job and deletes another in River UI, through River

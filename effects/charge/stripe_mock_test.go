@@ -1,12 +1,10 @@
 package charge_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -17,44 +15,12 @@ import (
 	"github.com/outbox-dev/outbox/internal/testtools"
 )
 
-// startStripeMock runs stripe-mock on loopback ports of its choosing and
-// returns its HTTP URL.
-func startStripeMock(t *testing.T) string {
-	t.Helper()
-	bin := testtools.Find(t, "stripe-mock", "STRIPE_MOCK_BIN")
-	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "Listening for HTTP at address: "); ok {
-				addr <- a
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case <-time.After(30 * time.Second):
-		t.Fatal("stripe-mock did not start listening")
-		return ""
-	}
-}
-
 // Every request the charge effect sends is accepted by stripe-mock, which
 // validates requests against Stripe's OpenAPI specification: with and
 // without the optional arguments, through stripe-go as the effect uses it.
 func TestStripeMockAcceptsEveryCharge(t *testing.T) {
 	t.Parallel()
-	url := startStripeMock(t)
+	url := testtools.StartStripeMock(t)
 	effect, err := charge.New(&charge.Config{APIKey: "sk_test_123", URL: url})
 	require.NoError(t, err)
 

@@ -1,13 +1,11 @@
 package declared
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -80,38 +78,6 @@ func requireScrubbed(t *testing.T, err error, secrets ...string) {
 	require.Contains(t, err.Error(), "[redacted]", "the provider's error quoted the request, so something was redacted")
 }
 
-// startStripeMock runs stripe-mock on loopback ports of its choosing and
-// returns its HTTP URL (as effects/charge's tests do).
-func startStripeMock(t *testing.T) string {
-	t.Helper()
-	bin := testtools.Find(t, "stripe-mock", "STRIPE_MOCK_BIN")
-	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "Listening for HTTP at address: "); ok {
-				addr <- a
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case <-time.After(30 * time.Second):
-		t.Fatal("stripe-mock did not start listening")
-		return ""
-	}
-}
-
 // TestStripeRefundPresetAgainstStripeMock sends the stripe.refund preset's
 // requests to stripe-mock, which checks each against Stripe's OpenAPI
 // specification and answers with its fixtures: the form the preset builds
@@ -125,7 +91,7 @@ func startStripeMock(t *testing.T) string {
 func TestStripeRefundPresetAgainstStripeMock(t *testing.T) {
 	t.Parallel()
 
-	base := startStripeMock(t)
+	base := testtools.StartStripeMock(t)
 	env := map[string]string{"STRIPE_KEY": "sk_test_123"}
 	e := presetEffect(t, "stripe.refund", fmt.Sprintf("    request: {url: %q}\n", base+"/v1/refunds"), env)
 

@@ -88,17 +88,23 @@ func newRiverSystem(ctx context.Context, pool *pgxpool.Pool, schema string, kind
 	if kind.Unique {
 		s.opts = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
 	}
-	s.events, s.cancel = client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start subscribes to completed jobs, whose ids are the units that
+// completed, and starts the client.
+func (s *riverSystem) start(ctx context.Context) error {
+	s.events, s.cancel = s.client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	go func() {
 		defer close(s.out)
 		for ev := range s.events {
 			s.out <- ev.Job.ID
 		}
 	}()
-	if err := client.Start(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return s.client.Start(ctx)
 }
 
 func (s *riverSystem) insert(ctx context.Context, i int) (int64, error) {
@@ -326,14 +332,7 @@ func newHandWrittenSystem(ctx context.Context, pool *pgxpool.Pool, schema string
 		return nil, err
 	}
 	s := &handWrittenSystem{riverSystem: riverSystem{client: client, pool: pool, out: make(chan int64, 1024)}, schema: schema, run: rand.Int64()}
-	s.events, s.cancel = client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
-	go func() {
-		defer close(s.out)
-		for ev := range s.events {
-			s.out <- ev.Job.ID
-		}
-	}()
-	if err := client.Start(ctx); err != nil {
+	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
