@@ -239,11 +239,16 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 // action returns the first intent with Duplicate set; the same key for
 // another action returns a *KeyReusedError (errors.Is ErrKeyReused) and
 // leaves the caller's transaction usable.
+//
+// When ctx carries an OpenTelemetry span, the intent records it as its W3C
+// traceparent, for the attempts' spans to link to; a duplicate keeps the
+// first enqueue's.
 func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueueParams) (*EnqueueResult, error) {
 	p, err := c.prepare(params)
 	if err != nil {
 		return nil, err
 	}
+	p.Traceparent = traceparent(ctx)
 	res, err := c.queries.Enqueue(ctx, tx, p)
 	return c.answer(p.Effect, res, err)
 }
@@ -256,12 +261,14 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 // key repeated among them is recorded once, the others answered as its
 // duplicates, or with a *KeyReusedError). A call whose ctx ends before its
 // statement is sent writes nothing; after, as with any statement, the
-// intent may be recorded, and enqueuing the key again tells.
+// intent may be recorded, and enqueuing the key again tells. ctx's span is
+// recorded as EnqueueTx records it.
 func (c *Client) Enqueue(ctx context.Context, params *EnqueueParams) (*EnqueueResult, error) {
 	p, err := c.prepare(params)
 	if err != nil {
 		return nil, err
 	}
+	p.Traceparent = traceparent(ctx)
 	res, err := c.group.do(ctx, p)
 	if err == nil && res == nil {
 		// The group could not answer for this intent (another transaction
@@ -304,11 +311,14 @@ func (c *Client) observe(effect string, duplicate, conflict bool) {
 // single statement, atomically: either every intent is recorded (new or
 // duplicate), or, when one key was used for another action, none is and a
 // *KeyReusedError names the conflicting intent (the caller's transaction
-// stays usable). Results are in the order of params.
+// stays usable). Results are in the order of params. ctx's span is
+// recorded on every new intent, as EnqueueTx records it.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*EnqueueParams) ([]*EnqueueResult, error) {
 	if len(params) == 0 {
 		return nil, nil
 	}
+	// One span for the whole batch: formatted once, shared by every row.
+	tp := traceparent(ctx)
 	rows := make([]*intentdb.EnqueueRow, len(params))
 	for i, params := range params {
 		p, err := c.prepare(params)
@@ -319,6 +329,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*Enque
 			}
 			return nil, err
 		}
+		p.Traceparent = tp
 		rows[i] = p
 	}
 	found, err := c.queries.EnqueueMany(ctx, tx, rows)

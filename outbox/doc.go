@@ -23,6 +23,11 @@
 //	...
 //	err = tx.Commit(ctx)
 //
+// An enqueue whose context carries an OpenTelemetry span records it as the
+// intent's W3C traceparent (the outbox_intent column traceparent), so that
+// the attempts' spans, in the dispatcher's process, can link to the
+// enqueue's; a duplicate keeps the first enqueue's.
+//
 // A caller with no transaction to join calls Enqueue, which records the
 // intent in a transaction of its own; concurrent calls on one Client share a
 // statement and its commit, each answered as if it had gone alone.

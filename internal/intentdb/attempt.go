@@ -36,7 +36,8 @@ func (q *Queries) renderAttempt(r func(string) string) {
 			FROM old JOIN unnest($1::bigint[], $3::text[]) AS d(id, decl) ON d.id = old.id
 			WHERE t.id = old.id
 			RETURNING t.id, t.attempt, t.args, t.created_at, t.effect, t.maybe_sent, t.namespace, old.state, t.provider_key,
-			          extract(epoch FROM now() - t.created_at)::float8 AS age, coalesce(old.declaration_sha256, '')
+			          extract(epoch FROM now() - t.created_at)::float8 AS age, coalesce(old.declaration_sha256, ''),
+			          coalesce(t.traceparent, '')
 		), notified AS (
 			-- One notification per chunk of ids rather than per intent:
 			-- listeners wake once per batch.
@@ -116,6 +117,10 @@ type AttemptRow struct {
 	// (a declared effect's), before this claim; empty when none was
 	// recorded.
 	DeclarationSHA256 string
+	// Traceparent is the W3C traceparent of the span the intent was
+	// enqueued in, for the attempt's span to link to; empty when none was
+	// recorded.
+	Traceparent string
 }
 
 // Claim claims the claimable intents among ids (pending, or running with an
@@ -130,7 +135,7 @@ func (q *Queries) Claim(ctx context.Context, db Querier, ids []int64, lease time
 		var a AttemptRow
 		var age float64
 		var notified int64
-		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &age, &a.DeclarationSHA256, &notified)
+		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &age, &a.DeclarationSHA256, &a.Traceparent, &notified)
 		a.Age = seconds(age)
 		return &a, err
 	})
@@ -171,14 +176,14 @@ func (q *Queries) Statuses(ctx context.Context, db Querier, ids []int64) (map[in
 // readColumns are what a read of an intent for an attempt selects, in the
 // order scanRead scans them.
 const readColumns = `id, attempt, args, created_at, effect, maybe_sent, namespace, state, provider_key, lease_expires_at, job_attempt,
-	extract(epoch FROM now() - created_at)::float8, coalesce(declaration_sha256, '')`
+	extract(epoch FROM now() - created_at)::float8, coalesce(declaration_sha256, ''), coalesce(traceparent, '')`
 
 // scanRead scans a row of readColumns.
 func scanRead(row pgx.CollectableRow) (*AttemptRow, error) {
 	var a AttemptRow
 	var age float64
 	err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace,
-		&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt, &age, &a.DeclarationSHA256)
+		&a.State, &a.ProviderKey, &a.LeaseExpiresAt, &a.JobAttempt, &age, &a.DeclarationSHA256, &a.Traceparent)
 	a.Age = seconds(age)
 	return &a, err
 }

@@ -31,8 +31,8 @@ func (q *Queries) renderClient(r func(string) string) {
 	// session notifies at most once per NotifyWindow, because a notifying
 	// commit holds a database-wide lock until it is durable.
 	q.sqlEnqueue = r(`WITH ins AS (
-			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by)
-			VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::boolean THEN 'awaiting_approval' ELSE 'pending' END, $8)
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by, traceparent)
+			VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::boolean THEN 'awaiting_approval' ELSE 'pending' END, $8, $9)
 			ON CONFLICT (namespace, key) DO NOTHING
 			RETURNING {{columns}}
 		), notified AS (
@@ -47,9 +47,9 @@ func (q *Queries) renderClient(r func(string) string) {
 		SELECT {{columns}}, true, NOT (effect = $3 AND args = $4::jsonb) FROM {{schema}}.outbox_intent
 		WHERE namespace = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`)
 	// The SQL functions (the fallbacks of Enqueue and EnqueueMany) take no
-	// enqueued_by: it is set on the rows they inserted by the next
-	// statement, in the same transaction when there is one
-	// (setEnqueuedBy).
+	// enqueued_by or traceparent: they are set on the rows they inserted by
+	// the next statement, in the same transaction when there is one
+	// (setOrigin).
 	q.sqlEnqueueRetry = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict
 		FROM {{schema}}.outbox_enqueue_try($1, $2, $3, $4, $5, $6, $7) r`)
 	q.sqlEnqueueMany = r(`SELECT ` + columns("(r.intent).") + `, r.duplicate, r.conflict, r.ord
@@ -65,13 +65,13 @@ func (q *Queries) renderClient(r func(string) string) {
 	// answer as duplicates of it, or conflicts.
 	q.sqlEnqueueManyNew = r(`WITH input AS (
 			SELECT u.*, row_number() OVER w AS rn, first_value(u.effect) OVER w AS first_effect, first_value(u.args) OVER w AS first_args
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[], $8::text[])
-				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, enqueued_by, ord)
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[], $8::text[], $9::text[])
+				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, enqueued_by, traceparent, ord)
 			WINDOW w AS (PARTITION BY u.namespace, u.key ORDER BY u.ord)
 		), ins AS (
-			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by)
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by, traceparent)
 			SELECT namespace, key, effect, args, requested_by, key_source,
-			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END, enqueued_by
+			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END, enqueued_by, traceparent
 			FROM input WHERE rn = 1 ORDER BY ord
 			RETURNING ` + strings.Join(newColumns, ", ") + `
 		), notified AS (` + batchNotified + `)
@@ -88,12 +88,12 @@ func (q *Queries) renderClient(r func(string) string) {
 	// answer), so that a conflict still writes nothing.
 	q.sqlEnqueueManyFast = r(`WITH input AS (
 			SELECT u.*, row_number() OVER (PARTITION BY u.namespace, u.key ORDER BY u.ord) AS rn
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[], $8::text[])
-				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, enqueued_by, ord)
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::boolean[], $8::text[], $9::text[])
+				WITH ORDINALITY AS u(namespace, key, effect, args, requested_by, key_source, require_approval, enqueued_by, traceparent, ord)
 		), ins AS (
-			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by)
+			INSERT INTO {{schema}}.outbox_intent (namespace, key, effect, args, requested_by, key_source, state, enqueued_by, traceparent)
 			SELECT namespace, key, effect, args, requested_by, key_source,
-			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END, enqueued_by
+			       CASE WHEN require_approval THEN 'awaiting_approval' ELSE 'pending' END, enqueued_by, traceparent
 			FROM input WHERE rn = 1 ORDER BY ord
 			ON CONFLICT (namespace, key) DO NOTHING
 			RETURNING {{columns}}
@@ -152,15 +152,19 @@ func (q *Queries) renderClient(r func(string) string) {
 			SELECT pg_notify('{{channel_changed}}', 'cancelled ' || id::text) FROM upd
 		)
 		SELECT {{columns}} FROM upd, (SELECT count(*) FROM notified) n`)
+	// What the SQL functions take none of, set by setOrigin on the rows
+	// they inserted (never on a duplicate's, the first enqueue's); a value
+	// a row already holds is kept.
+	q.sqlSetOrigin = r(`UPDATE {{schema}}.outbox_intent i
+		SET enqueued_by = coalesce(i.enqueued_by, u.enqueued_by), traceparent = coalesce(i.traceparent, u.traceparent)
+		FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, enqueued_by, traceparent)
+		WHERE i.id = u.id`)
 	// Resolving moves an unknown intent on. "retry" sends it again knowingly:
 	// back to pending with no job, so the dispatcher gives it a fresh River
 	// job, and maybe_sent cleared, because the operator has taken that risk
 	// (otherwise a deduplicated intent past its window would turn unknown
 	// again at once). The attempt number is kept: it is the fencing token and
 	// must only grow.
-	q.sqlSetEnqueuedBy = r(`UPDATE {{schema}}.outbox_intent i SET enqueued_by = u.enqueued_by
-		FROM unnest($1::bigint[], $2::text[]) AS u(id, enqueued_by)
-		WHERE i.id = u.id AND i.enqueued_by IS NULL`)
 	q.sqlResolve = r(`WITH upd AS (
 			UPDATE {{schema}}.outbox_intent
 			SET state = $3,
@@ -195,6 +199,10 @@ type EnqueueRow struct {
 	// EnqueuedBy is the audit actor who enqueued, from the credentials
 	// (package access); nil for none.
 	EnqueuedBy *string
+	// Traceparent is the W3C traceparent of the span the enqueue ran in,
+	// for the attempts' spans to link to; nil for none. A duplicate keeps
+	// the first enqueue's.
+	Traceparent *string
 	// RequireApproval records the intent as awaiting_approval whatever the
 	// rules say.
 	RequireApproval bool
@@ -215,14 +223,14 @@ type EnqueueResult struct {
 // transaction), or finds the one first recorded under its key.
 func (q *Queries) Enqueue(ctx context.Context, db Querier, e *EnqueueRow) (*EnqueueResult, error) {
 	res := &EnqueueResult{}
-	args := []any{e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy}
+	args := []any{e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy, e.Traceparent}
 	row, err := scanRow(db.QueryRow(ctx, q.sqlEnqueue, args...), &res.Duplicate, &res.Conflict)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Lost the race described at sqlEnqueue: nothing was written.
 		row, err = scanRow(db.QueryRow(ctx, q.sqlEnqueueRetry, args[:7]...), &res.Duplicate, &res.Conflict)
 		if err == nil {
 			res.Row = row
-			err = q.setEnqueuedBy(ctx, db, []*EnqueueRow{e}, []*EnqueueResult{res})
+			err = q.setOrigin(ctx, db, []*EnqueueRow{e}, []*EnqueueResult{res})
 		}
 	}
 	if err != nil {
@@ -257,31 +265,36 @@ func (q *Queries) EnqueueMany(ctx context.Context, db Querier, es []*EnqueueRow)
 	if err != nil {
 		return nil, err
 	}
-	if err := q.setEnqueuedBy(ctx, db, es, results); err != nil {
+	if err := q.setOrigin(ctx, db, es, results); err != nil {
 		return nil, err
 	}
 	return results, nil
 }
 
-// setEnqueuedBy records es' EnqueuedBy on the rows that the SQL functions,
-// which take none, inserted for them (results), and on the results' rows.
-// Outside a transaction the rows are visible without it for the moment
-// between the two statements; these are the fallback paths (a lost race, a
-// conflict in a batch, a batch outside a transaction).
-func (q *Queries) setEnqueuedBy(ctx context.Context, db Querier, es []*EnqueueRow, results []*EnqueueResult) error {
+// setOrigin records es' EnqueuedBy and Traceparent on the rows that the SQL
+// functions, which take neither, inserted for them (results), and
+// EnqueuedBy on the results' rows. A duplicate's row is the first
+// enqueue's, whose origin stays as it was recorded. Outside a transaction
+// the rows are visible without them for the moment between the two
+// statements; these are the fallback paths (a lost race, a conflict in a
+// batch, a batch outside a transaction).
+func (q *Queries) setOrigin(ctx context.Context, db Querier, es []*EnqueueRow, results []*EnqueueResult) error {
 	var ids []int64
-	var bys []string
+	var bys, traceparents []*string
 	for i, res := range results {
-		if res == nil || res.Row == nil || res.Duplicate || res.Conflict || es[i].EnqueuedBy == nil || res.Row.EnqueuedBy != nil {
+		e := es[i]
+		if res == nil || res.Row == nil || res.Duplicate || res.Conflict || (e.EnqueuedBy == nil && e.Traceparent == nil) {
 			continue
 		}
-		ids, bys = append(ids, res.Row.ID), append(bys, *es[i].EnqueuedBy)
-		res.Row.EnqueuedBy = es[i].EnqueuedBy
+		ids, bys, traceparents = append(ids, res.Row.ID), append(bys, e.EnqueuedBy), append(traceparents, e.Traceparent)
+		if res.Row.EnqueuedBy == nil {
+			res.Row.EnqueuedBy = e.EnqueuedBy
+		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := db.Query(ctx, q.sqlSetEnqueuedBy, ids, bys)
+	rows, err := db.Query(ctx, q.sqlSetOrigin, ids, bys, traceparents)
 	if err != nil {
 		return err
 	}
@@ -320,7 +333,7 @@ func (q *Queries) EnqueueGroup(ctx context.Context, db BatchSender, es []*Enqueu
 	}
 	if len(es) == 1 {
 		e := es[0]
-		b.Queue(q.sqlEnqueue, e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy)
+		b.Queue(q.sqlEnqueue, e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy, e.Traceparent)
 	} else {
 		b.Queue(q.sqlEnqueueManyFast, manyParams(es)...)
 	}
@@ -380,14 +393,15 @@ func manyParams(es []*EnqueueRow) []any {
 		keySources   = make([]string, len(es))
 		approvals    = make([]bool, len(es))
 		enqueuedBys  = make([]*string, len(es))
+		traceparents = make([]*string, len(es))
 	)
 	for i, e := range es {
-		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i], approvals[i], enqueuedBys[i] =
-			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy
+		namespaces[i], keys[i], effectNames[i], args[i], requestedBys[i], keySources[i], approvals[i], enqueuedBys[i], traceparents[i] =
+			e.Namespace, e.Key, e.Effect, string(e.Args), e.RequestedBy, e.KeySource, e.RequireApproval, e.EnqueuedBy, e.Traceparent
 	}
-	// enqueuedBys last: the SQL function outbox_enqueue_many takes the
-	// first seven.
-	return []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals, enqueuedBys}
+	// enqueuedBys and traceparents last: the SQL function
+	// outbox_enqueue_many takes the first seven.
+	return []any{namespaces, keys, effectNames, args, requestedBys, keySources, approvals, enqueuedBys, traceparents}
 }
 
 // tryMany runs one of the batch's set-based statements (sql, its answers

@@ -14,7 +14,7 @@ type Queries struct {
 
 	sqlEnqueueManyFast, sqlEnqueueManyNew                                                     string
 	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
-	sqlSetEnqueuedBy                                                                          string
+	sqlSetOrigin                                                                              string
 	sqlDrainFailInvalid, sqlDrainMark, sqlDrainSelect                                         string
 	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
 	sqlCountByState, sqlCreatedAt, sqlPrune                                                   string

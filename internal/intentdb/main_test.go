@@ -1,0 +1,9 @@
+package intentdb_test
+
+import (
+	"testing"
+
+	"github.com/outbox-dev/outbox/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
