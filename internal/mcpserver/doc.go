@@ -14,6 +14,11 @@
 // error's code in its structured content ({"error": {"code", "message"}}),
 // never a protocol error, so that the model sees it and can correct itself.
 //
+// Every tool call runs in an OpenTelemetry span "execute_tool {tool}"
+// (Config.TracerProvider; none unless the process configured traces),
+// continuing the trace context the host sent in params._meta, so that the
+// intent a call enqueues records the call's span as its origin.
+//
 // One server acts in one namespace: outboxd mcp serves OUTBOX_NAMESPACE over
 // stdio, and the HTTP API serves one server per namespace of its tokens at
 // /mcp (package httpapi).

@@ -10,6 +10,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/keyguard"
@@ -81,6 +83,15 @@ type Config struct {
 	// refuses, the call is a rate_limited tool error saying how long to
 	// wait. Defaults to no limit.
 	RateLimitFunc func(name string) (wait time.Duration, ok bool)
+
+	// TracerProvider makes the span of each tool call, "execute_tool
+	// {tool}" (OpenTelemetry's GenAI conventions), under the trace context
+	// the host sent in the call's params._meta, or the context's span. The
+	// call's enqueue runs inside that span, so the intent records it as its
+	// origin. Spans carry the tool's name and ids, never the arguments, the
+	// idempotency key or a token. Defaults to otel.GetTracerProvider(), a
+	// no-op unless the process configured traces.
+	TracerProvider trace.TracerProvider
 
 	// Tools are the mutating tools; those whose effect the client's registry
 	// does not enable are not listed. Defaults to ToolsFor(the client's
@@ -224,6 +235,17 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	if err := s.addReadTools(srv); err != nil {
 		return nil, err
 	}
+	listed := ReadToolNames()
+	for name := range names {
+		listed = append(listed, name)
+	}
+	tracerProvider := config.TracerProvider
+	if tracerProvider == nil {
+		// The global provider delegates to the one serve installs, even
+		// when it is installed after New.
+		tracerProvider = otel.GetTracerProvider()
+	}
+	srv.AddReceivingMiddleware(traceToolCalls(tracerProvider.Tracer(tracerName), listed))
 	return srv, nil
 }
 

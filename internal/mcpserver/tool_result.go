@@ -58,6 +58,7 @@ func (s *server) errorResult(ctx context.Context, tool string, err error) *mcp.C
 	if d := p.PossibleDuplicate; d != nil {
 		body.Earlier = &earlierIntent{AgeSeconds: int64(d.Age.Seconds()), Key: d.Earlier.Key, State: d.Earlier.State}
 	}
+	noteToolError(ctx, p.Code)
 	if p.Internal && ctx.Err() == nil {
 		s.logger.ErrorContext(ctx, "mcp tool call failed", "tool", tool, "error", err)
 	}
