@@ -220,7 +220,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 	}
 	params.SetIdempotencyKey(req.ProviderKey)
 
-	ctx, probe := httpsend.WithProbe(ctx)
+	ctx, probe := httpsend.WithProbe(httpsend.WithURLTemplate(ctx, "/v1/payment_intents"))
 	pi, err := e.client.V1PaymentIntents.Create(ctx, params)
 	if err != nil {
 		return nil, e.classify(ctx, req, err, probe)

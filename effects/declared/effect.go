@@ -280,7 +280,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.request.timeout)
 	defer cancel()
-	httpReq, err := e.build(ctx, e.request, a)
+	httpReq, err := e.build(httpsend.WithURLTemplate(ctx, e.request.url.raw), e.request, a)
 	if err != nil {
 		return nil, e.renderError(err)
 	}
@@ -461,7 +461,7 @@ func (e *Effect) LookupRequest(ctx context.Context, req *effects.Request, create
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.lookup.request.timeout)
 	defer cancel()
-	httpReq, err := e.build(ctx, e.lookup.request, a)
+	httpReq, err := e.build(httpsend.WithURLTemplate(ctx, e.lookup.request.url.raw), e.lookup.request, a)
 	if err != nil {
 		return nil, false, e.renderError(err)
 	}

@@ -209,7 +209,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 	// A body without GetBody: net/http then never sends the request again by
 	// itself (it does, for a replayable request, when a kept-alive connection
 	// fails), which would open a second ticket behind the worker's back.
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/api/v2/tickets.json", io.NopCloser(bytes.NewReader(body)))
+	hreq, err := http.NewRequestWithContext(httpsend.WithURLTemplate(ctx, "/api/v2/tickets.json"), http.MethodPost, e.url+"/api/v2/tickets.json", io.NopCloser(bytes.NewReader(body)))
 	if err != nil {
 		return nil, effects.Permanent("invalid_config", errors.New("zendesk: bad URL"))
 	}
@@ -237,7 +237,8 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 // provider key, the oldest if there are several.
 func (e *Effect) Lookup(ctx context.Context, providerKey string) (json.RawMessage, bool, error) {
 	q := url.Values{"external_id": {providerKey}}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/api/v2/tickets.json?"+q.Encode(), nil)
+	// The span shows the path only: the query is the provider key.
+	hreq, err := http.NewRequestWithContext(httpsend.WithURLTemplate(ctx, "/api/v2/tickets.json"), http.MethodGet, e.url+"/api/v2/tickets.json?"+q.Encode(), nil)
 	if err != nil {
 		return nil, false, errors.New("zendesk: bad URL")
 	}

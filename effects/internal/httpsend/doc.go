@@ -4,5 +4,8 @@
 // that surely reached nothing ("not sent") from one that may have reached the
 // provider ("ambiguous"), and the classification of transport errors.
 //
-// Messages never quote a URL: a webhook URL can carry a token.
+// Each request is an OpenTelemetry client span (otelhttp) of the attempt's
+// trace, named by the effect's URL template (WithURLTemplate).
+//
+// Messages and spans never quote a URL: a webhook URL can carry a token.
 package httpsend

@@ -89,7 +89,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Wrap returns a copy of client whose transport records requests in their
-// Probe, so that any client an effect is given tells "not sent" apart.
+// Probe, so that any client an effect is given tells "not sent" apart, and
+// makes each request a client span.
 func Wrap(client *http.Client) *http.Client {
 	if _, ok := client.Transport.(*Transport); ok {
 		return client
@@ -99,7 +100,7 @@ func Wrap(client *http.Client) *http.Client {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c.Transport = &Transport{Base: base}
+	c.Transport = &Transport{Base: traced(base)}
 	return &c
 }
 
@@ -107,14 +108,14 @@ func Wrap(client *http.Client) *http.Client {
 // attempt's context is the deadline), no redirects followed (a provider that
 // redirects a POST is misconfigured, and a webhook must not be steered to
 // another address), and connections kept for up to maxConns concurrent
-// calls.
+// calls. Each request is a client span of the attempt's trace.
 func NewClient(maxConns int) *http.Client {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = max(maxConns, 2)
 	base.ResponseHeaderTimeout = 0
 	return &http.Client{
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Transport:     &Transport{Base: base},
+		Transport:     &Transport{Base: traced(base)},
 	}
 }
 
