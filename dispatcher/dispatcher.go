@@ -12,6 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/migrations"
@@ -127,6 +131,14 @@ type Config struct {
 	// Schema holds River's and outbox's tables. Defaults to "outbox".
 	Schema string
 
+	// TracerProvider, when set, makes River's inserts and jobs spans
+	// (rivercontrib/otelriver: river.insert_many, river.work) and each
+	// intent's attempt a span under its job's (workers.IntentWorkerConfig),
+	// linked to the span that enqueued it. Defaults to nil: no River spans,
+	// and attempts take the global provider, a no-op unless traces were
+	// configured.
+	TracerProvider trace.TracerProvider
+
 	// Workers is the number of River workers per effect queue. Defaults to
 	// WorkersDefault.
 	Workers int
@@ -220,12 +232,13 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	}
 
 	worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{
-		EffectTimeout: c.EffectTimeout,
-		Effects:       c.Effects,
-		Logger:        c.Logger,
-		MaxAttempts:   c.MaxAttempts,
-		Metrics:       c.Metrics,
-		Schema:        c.Schema,
+		EffectTimeout:  c.EffectTimeout,
+		Effects:        c.Effects,
+		Logger:         c.Logger,
+		MaxAttempts:    c.MaxAttempts,
+		Metrics:        c.Metrics,
+		Schema:         c.Schema,
+		TracerProvider: c.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -314,9 +327,10 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 				return workers.ReconcileArgs{}, &river.InsertOpts{Queue: QueueMaintenance}
 			}, &river.PeriodicJobOpts{RunOnStart: true, ID: "outbox_reconcile"}),
 		},
-		Queues:  queues,
-		Schema:  c.Schema,
-		Workers: riverWorkers,
+		Middleware: riverMiddleware(c.TracerProvider),
+		Queues:     queues,
+		Schema:     c.Schema,
+		Workers:    riverWorkers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
@@ -331,6 +345,24 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		stopTO:    c.EffectTimeout,
 		worker:    worker,
 	}, nil
+}
+
+// riverMiddleware is River's OpenTelemetry middleware (otelriver) on
+// provider, or none without one: its work for every job would be spent on
+// spans nobody records. Its own trace propagation stays off: River's jobs
+// are inserted by the drain, not by the agent's request, so the link it
+// would make leads to the drain; the attempt's span links to the enqueue
+// instead, from the intent's stored traceparent. Its metrics are left
+// out: outbox's are Prometheus'.
+func riverMiddleware(provider trace.TracerProvider) []rivertype.Middleware {
+	if provider == nil {
+		return nil
+	}
+	return []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+		EnableWorkSpanJobKindSuffix: true,
+		MeterProvider:               metricnoop.NewMeterProvider(),
+		TracerProvider:              provider,
+	})}
 }
 
 // River returns the dispatcher's River client, for operators' tools (River

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/intentdb"
@@ -75,6 +77,12 @@ type IntentWorkerConfig struct {
 
 	// Schema holds the outbox tables. Defaults to "outbox".
 	Schema string
+
+	// TracerProvider makes each attempt a span ("attempt {effect}"),
+	// linked to the span that enqueued the intent, with the provider's
+	// requests as its children. Defaults to the global provider, a no-op
+	// unless traces were configured.
+	TracerProvider trace.TracerProvider
 }
 
 // IntentWorker is the River worker executing intents. Start it before the
@@ -87,6 +95,7 @@ type IntentWorker struct {
 	logger        *slog.Logger
 	maxAttempts   int
 	metrics       *Metrics
+	tracer        trace.Tracer
 
 	claims   *batcher[claimReq, claimOutcome]
 	finishes *batcher[intentdb.Finish, bool]
@@ -124,6 +133,11 @@ func NewIntentWorker(pool *pgxpool.Pool, config *IntentWorkerConfig) (*IntentWor
 	if w.metrics == nil {
 		w.metrics = NewMetrics(nil)
 	}
+	tp := config.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	w.tracer = tp.Tracer(TracerName)
 	schema := config.Schema
 	if schema == "" {
 		schema = outbox.SchemaDefault
@@ -189,6 +203,8 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 	if c == nil || err != nil {
 		return err
 	}
+	ctx, span := w.startAttemptSpan(ctx, c)
+	defer span.End()
 	c.jobAttempt = job.attempt
 	c.expectJobID = job.batchJobID
 
@@ -204,6 +220,7 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		// still answer reconcilable: without a look-up, assume the worst.
 		guarantee = effects.GuaranteeAtMostOnce
 	}
+	spanGuarantee(span, guarantee)
 	sit := Situation{
 		Step:      StepStart,
 		Guarantee: guarantee,
@@ -537,6 +554,7 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		// Not recorded: the intent stays running under our lease, and the
 		// next attempt treats this one's outcome as lost. That is exactly
 		// right, since it was.
+		spanOutcome(trace.SpanFromContext(ctx), outcomeNotRecorded, "", "")
 		return &OutcomeNotRecordedError{Err: err}
 	}
 	if !applied {
@@ -550,6 +568,7 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		}
 		w.metrics.StaleWrites.Inc()
 		w.metrics.EffectAttempts.WithLabelValues(c.Effect, "stale").Inc()
+		spanOutcome(trace.SpanFromContext(ctx), "stale", "", d.Code)
 		w.logger.WarnContext(ctx, "stale attempt's write rejected: another attempt took the intent over",
 			slog.Int64("intent_id", c.ID), slog.Int("attempt", c.Attempt), slog.String("outcome", d.Outcome))
 		// Never success: River's completion is not fenced by attempt, so a
@@ -568,6 +587,7 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		ProviderObjectID: providerObjectID(result), State: string(d.State),
 	})
 	w.metrics.EffectAttempts.WithLabelValues(c.Effect, d.Outcome).Inc()
+	spanOutcome(trace.SpanFromContext(ctx), d.Outcome, d.State, d.Code)
 	attrs := []any{slog.Int64("intent_id", c.ID), slog.String("effect", c.Effect), slog.Int("attempt", c.Attempt), slog.String("state", string(d.State))}
 	switch {
 	case d.State == outbox.StateUnknown:
