@@ -180,6 +180,12 @@ type Config struct {
 	// TLSKeyFile is the key of TLSCertFile.
 	TLSKeyFile string `env:"OUTBOX_TLS_KEY_FILE" secret:"true" expect:"the path of a readable PEM key file" help:"the key of OUTBOX_TLS_CERT_FILE"`
 
+	// TraceSQL makes every SQL statement of serve a span (otelpgx), when
+	// the OTEL_* variables turn traces on: its text, never its
+	// parameters. Defaults to false: statements are many, and the
+	// attempts' spans say what an intent did.
+	TraceSQL bool `env:"OUTBOX_TRACE_SQL, default=false" expect:"true or false" help:"with traces on (OTEL_TRACES_EXPORTER), a span for every SQL statement (its text, never its parameters)"`
+
 	// UIPassword is River UI's basic auth password, required with UIUser.
 	// Defaults to none.
 	UIPassword string `env:"OUTBOX_UI_PASSWORD" secret:"true" expect:"a password" help:"River UI (/riverui/) basic auth password"`

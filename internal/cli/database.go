@@ -7,12 +7,14 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // connect opens a pool on cfg's database and checks that it answers.
-// maxConns of 0 keeps pgxpool's default.
-func connect(ctx context.Context, cfg *Config, maxConns int32) (*pgxpool.Pool, error) {
+// maxConns of 0 keeps pgxpool's default. A tracer, when given, traces
+// every statement (serve's OUTBOX_TRACE_SQL).
+func connect(ctx context.Context, cfg *Config, maxConns int32, tracer ...pgx.QueryTracer) (*pgxpool.Pool, error) {
 	if err := cfg.requireDatabaseURL(); err != nil {
 		return nil, err
 	}
@@ -22,6 +24,9 @@ func connect(ctx context.Context, cfg *Config, maxConns int32) (*pgxpool.Pool, e
 	}
 	if maxConns > 0 {
 		poolConfig.MaxConns = maxConns
+	}
+	if len(tracer) > 0 {
+		poolConfig.ConnConfig.Tracer = tracer[0]
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {

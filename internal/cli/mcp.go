@@ -49,7 +49,13 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	pool, err := connect(ctx, cfg, 0)
+	tracerProvider, stopTracing, err := a.startTracing(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
+	pool, err := connect(ctx, cfg, 0, sqlTracer(tracerProvider, cfg)...)
 	if err != nil {
 		return err
 	}

@@ -13,12 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/keyguard"
-	"github.com/outbox-dev/outbox/internal/telemetry"
 	"github.com/outbox-dev/outbox/migrations"
 )
 
@@ -76,29 +74,13 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	tracerProvider, err := telemetry.NewTracerProvider(ctx, &telemetry.TracerProviderConfig{
-		LookupEnvFunc: a.lookuper.Lookup,
-		Version:       version(),
-	})
+	tracerProvider, stopTracing, err := a.startTracing(ctx, logger)
 	if err != nil {
 		return err
 	}
-	// Last to stop: the spans of the stop itself are flushed too.
-	defer func() {
-		if err := tracerProvider.Shutdown(context.WithoutCancel(ctx)); err != nil {
-			logger.WarnContext(ctx, "could not flush traces", "error", err)
-		}
-	}()
-	if tracerProvider.Enabled {
-		// The instrumentation libraries take the global provider. It is set
-		// only when traces are configured, so that serves started side by
-		// side in one process (the tests, the demo) stay independent.
-		otel.SetTracerProvider(tracerProvider)
-		otel.SetTextMapPropagator(telemetry.Propagator())
-		logger.InfoContext(ctx, "exporting traces")
-	}
+	defer stopTracing()
 
-	pool, err := connect(ctx, cfg, daemon.PoolSize(cfg.Workers))
+	pool, err := connect(ctx, cfg, daemon.PoolSize(cfg.Workers), sqlTracer(tracerProvider, cfg)...)
 	if err != nil {
 		return err
 	}
@@ -126,7 +108,11 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if len(cfg.Tokens()) == 0 {
 		logger.WarnContext(ctx, "serving without API tokens (OUTBOX_ALLOW_NO_AUTH=true): anything on this machine can use the API and /mcp as operator of namespace default")
 	}
-	d, err := daemon.Start(ctx, pool, daemonConfig(cfg, registry, logger))
+	dcfg := daemonConfig(cfg, registry, logger)
+	if tracerProvider.Enabled {
+		dcfg.TracerProvider = tracerProvider
+	}
+	d, err := daemon.Start(ctx, pool, dcfg)
 	if err != nil {
 		return err
 	}

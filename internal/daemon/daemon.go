@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
@@ -137,6 +138,12 @@ type Config struct {
 	// outbox.SchemaDefault.
 	Schema string
 
+	// TracerProvider, when set, makes spans of the API's requests, MCP's
+	// tool calls, River's jobs, the attempts and the provider requests
+	// (docs/operations.md, "Traces"). Defaults to nil: serve passes one
+	// only when the OTEL_* variables turn traces on.
+	TracerProvider trace.TracerProvider
+
 	// UIPassword and UIUser are River UI's basic auth credentials; both
 	// empty serves River UI to loopback requests only.
 	UIPassword, UIUser string
@@ -210,6 +217,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		ReconcileInterval:         c.ReconcileInterval,
 		Retention:                 c.Retention,
 		Schema:                    c.Schema,
+		TracerProvider:            c.TracerProvider,
 		Workers:                   c.Workers,
 	}); err != nil {
 		return nil, err
@@ -238,6 +246,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		PossibleDuplicateFunc: d.metrics.enqueues.ObservePossibleDuplicate,
 		RateLimit:             c.RateLimit,
 		Tokens:                c.APITokens,
+		TracerProvider:        c.TracerProvider,
 		Version:               c.Version,
 		MaxWaits:              c.MaxWaits,
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/outbox-dev/outbox/internal/access"
@@ -73,6 +74,11 @@ type Config struct {
 	// answers only requests that came through a loopback address (serve
 	// refuses to run so unless told to). Defaults to none.
 	Tokens []access.Token
+
+	// TracerProvider makes each request a span, and each /mcp tool call
+	// (mcpserver.Config). Defaults to the global provider, a no-op unless
+	// traces were configured (package telemetry).
+	TracerProvider trace.TracerProvider
 
 	// Version is the server version /mcp reports. Defaults to "dev".
 	Version string
@@ -203,6 +209,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 			PossibleDuplicateFunc: config.PossibleDuplicateFunc,
 			RateLimitFunc:         h.limits.take,
 			Tools:                 config.MCPTools,
+			TracerProvider:        config.TracerProvider,
 			Version:               config.Version,
 			WaitFunc:              h.wait,
 		})
@@ -270,7 +277,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	crossOrigin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, &apiError{status: http.StatusForbidden, code: outbox.CodeForbidden, message: "cross-origin requests are refused"})
 	}))
-	h.handler = crossOrigin.Handler(mux)
+	h.handler = traced(crossOrigin.Handler(mux), config.TracerProvider)
 	return h, nil
 }
 
