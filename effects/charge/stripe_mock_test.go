@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/effects/charge"
 	"github.com/outbox-dev/outbox/internal/testtools"
@@ -51,4 +54,37 @@ func TestStripeMockAcceptsEveryCharge(t *testing.T) {
 		require.NoError(t, json.Unmarshal(raw, &res))
 		require.True(t, strings.HasPrefix(res.PaymentIntent, "pi_"), "result: %s", raw)
 	}
+}
+
+// A charge through stripe-go is a client span of the attempt's trace, named
+// by Stripe's path, with neither the provider key (Stripe's
+// Idempotency-Key), the API key nor the arguments in it.
+func TestStripeMockClientSpan(t *testing.T) {
+	t.Parallel()
+	url := testtools.StartStripeMock(t)
+	effect, err := charge.New(&charge.Config{APIKey: "sk_test_4eC39HqLyjWDarjtT1zdp7dc", URL: url})
+	require.NoError(t, err)
+
+	recorder := tracetest.NewSpanRecorder()
+	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	defer func() { _ = provider.Shutdown(context.Background()) }()
+	ctx, attempt := provider.Tracer("test").Start(t.Context(), "attempt charge")
+	_, err = effect.Execute(ctx, request("obx_span_key_5521", `{"customer": "cus_span_private", "amount": 1999, "currency": "usd"}`))
+	require.NoError(t, err)
+	attempt.End()
+
+	var client sdktrace.ReadOnlySpan
+	for _, s := range recorder.Ended() {
+		for _, kv := range s.Attributes() {
+			for _, secret := range []string{"obx_span_key_5521", "sk_test_4eC39HqLyjWDarjtT1zdp7dc", "cus_span_private"} {
+				require.NotContains(t, kv.Value.Emit(), secret, "span %q attribute %s", s.Name(), kv.Key)
+			}
+		}
+		if s.SpanKind() == trace.SpanKindClient {
+			client = s
+		}
+	}
+	require.NotNil(t, client, "stripe-go's request is a client span")
+	require.Equal(t, "POST /v1/payment_intents", client.Name())
+	require.Equal(t, attempt.SpanContext().SpanID(), client.Parent().SpanID())
 }

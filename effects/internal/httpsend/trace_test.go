@@ -96,3 +96,42 @@ func TestClientSpan(t *testing.T) {
 	}
 	require.Equal(t, clients[2].SpanContext().TraceID().String(), strings.Split(gotTraceparent, "-")[1])
 }
+
+// BenchmarkTransport measures what the client span costs a provider request
+// with traces off (a no-op span) and on (an SDK span, recorded and
+// dropped), against the same client without it, on a loopback server:
+//
+//	go test ./effects/internal/httpsend -run XXX -bench Transport -benchmem
+func BenchmarkTransport(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer srv.Close()
+	// NewClient's client without the span.
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = 4
+	bare := &http.Client{Transport: &Transport{Base: base}}
+	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder()))
+	defer func() { _ = provider.Shutdown(context.Background()) }()
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+		ctx    func() (context.Context, func())
+	}{
+		{"Bare", bare, func() (context.Context, func()) { return context.Background(), func() {} }},
+		{"Off", NewClient(4), func() (context.Context, func()) { return context.Background(), func() {} }},
+		{"On", NewClient(4), func() (context.Context, func()) {
+			ctx, span := provider.Tracer("bench").Start(context.Background(), "attempt")
+			return ctx, func() { span.End() }
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				ctx, end := c.ctx()
+				req, _ := http.NewRequestWithContext(WithURLTemplate(ctx, "/v1/things"), http.MethodPost, srv.URL+"/v1/things", nil)
+				if _, err := Do(c.client, req, "bench"); err != nil {
+					b.Fatal(err)
+				}
+				end()
+			}
+		})
+	}
+}
