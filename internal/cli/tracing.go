@@ -48,6 +48,5 @@ func sqlTracer(tp *telemetry.TracerProvider, cfg *Config) []pgx.QueryTracer {
 	return []pgx.QueryTracer{otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(tp),
 		otelpgx.WithMeterProvider(metricnoop.NewMeterProvider()),
-		otelpgx.WithTrimSQLInSpanName(),
 	)}
 }

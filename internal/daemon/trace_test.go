@@ -156,12 +156,12 @@ func TestTraces(t *testing.T) {
 	for _, s := range spans {
 		texts := []string{s.Name(), s.Status().Description}
 		for _, kv := range s.Attributes() {
-			texts = append(texts, kv.Value.Emit())
+			texts = append(texts, kv.Value.String())
 		}
 		for _, ev := range s.Events() {
 			texts = append(texts, ev.Name)
 			for _, kv := range ev.Attributes {
-				texts = append(texts, kv.Value.Emit())
+				texts = append(texts, kv.Value.String())
 			}
 		}
 		for _, text := range texts {
@@ -178,7 +178,7 @@ func TestTraces(t *testing.T) {
 	attr := func(s sdktrace.ReadOnlySpan, key string) string {
 		for _, kv := range s.Attributes() {
 			if string(kv.Key) == key {
-				return kv.Value.Emit()
+				return kv.Value.String()
 			}
 		}
 		return ""

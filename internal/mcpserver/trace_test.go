@@ -129,7 +129,7 @@ func (b *traceBundle) span(t *testing.T, name string) sdktrace.ReadOnlySpan {
 func attributes(s sdktrace.ReadOnlySpan) map[string]string {
 	m := map[string]string{}
 	for _, kv := range s.Attributes() {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }
@@ -328,17 +328,17 @@ func TestToolCallSpans(t *testing.T) {
 		for _, s := range spans {
 			recorded = append(recorded, s.Name(), s.Status().Description)
 			for _, kv := range s.Attributes() {
-				recorded = append(recorded, string(kv.Key), kv.Value.Emit())
+				recorded = append(recorded, string(kv.Key), kv.Value.String())
 			}
 			for _, e := range s.Events() {
 				recorded = append(recorded, e.Name)
 				for _, kv := range e.Attributes {
-					recorded = append(recorded, string(kv.Key), kv.Value.Emit())
+					recorded = append(recorded, string(kv.Key), kv.Value.String())
 				}
 			}
 			for _, l := range s.Links() {
 				for _, kv := range l.Attributes {
-					recorded = append(recorded, string(kv.Key), kv.Value.Emit())
+					recorded = append(recorded, string(kv.Key), kv.Value.String())
 				}
 			}
 		}
