@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/cli"
 	"github.com/outbox-dev/outbox/internal/daemon"
+	"github.com/outbox-dev/outbox/internal/telemetry"
 )
 
 // decodeStrict decodes a YAML manifest into out, failing on any field out's
@@ -39,7 +41,8 @@ func decodeStrict(t *testing.T, path string, raw []byte, out any) {
 }
 
 // serveVariables are the environment variables outboxd reads, from the env
-// tags of cli.Config, with whether each is a secret.
+// tags of cli.Config and OpenTelemetry's that it honours
+// (telemetry.Variables), with whether each is a secret.
 func serveVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	vars := map[string]bool{}
@@ -52,6 +55,7 @@ func serveVariables(t *testing.T) map[string]bool {
 		}
 	}
 	require.Contains(t, vars, "DATABASE_URL")
+	maps.Copy(vars, telemetry.Variables)
 	return vars
 }
 

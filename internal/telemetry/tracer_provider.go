@@ -98,3 +98,31 @@ func Resource(ctx context.Context, version string) (*resource.Resource, error) {
 	}
 	return res, nil
 }
+
+// Variables are the OTEL_* environment variables that outboxd honours,
+// read by OpenTelemetry's SDK and autoexport rather than by outboxd's
+// configuration, each with whether its value is a secret (an exporter's
+// headers carry a collector's credentials). Deployment checks (the
+// Kubernetes manifests' test) accept these beside outboxd's own.
+var Variables = map[string]bool{
+	"OTEL_SDK_DISABLED":                  false,
+	"OTEL_TRACES_EXPORTER":               false,
+	"OTEL_TRACES_SAMPLER":                false,
+	"OTEL_TRACES_SAMPLER_ARG":            false,
+	"OTEL_SERVICE_NAME":                  false,
+	"OTEL_RESOURCE_ATTRIBUTES":           false,
+	"OTEL_BSP_SCHEDULE_DELAY":            false,
+	"OTEL_BSP_EXPORT_TIMEOUT":            false,
+	"OTEL_BSP_MAX_QUEUE_SIZE":            false,
+	"OTEL_BSP_MAX_EXPORT_BATCH_SIZE":     false,
+	"OTEL_EXPORTER_OTLP_ENDPOINT":        false,
+	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": false,
+	"OTEL_EXPORTER_OTLP_PROTOCOL":        false,
+	"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": false,
+	"OTEL_EXPORTER_OTLP_TIMEOUT":         false,
+	"OTEL_EXPORTER_OTLP_COMPRESSION":     false,
+	"OTEL_EXPORTER_OTLP_INSECURE":        false,
+	"OTEL_EXPORTER_OTLP_CERTIFICATE":     false,
+	"OTEL_EXPORTER_OTLP_HEADERS":         true,
+	"OTEL_EXPORTER_OTLP_TRACES_HEADERS":  true,
+}
