@@ -11,10 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/workers"
 )
 
 // HeartbeatIntervalDefault is Config.HeartbeatInterval's default.
@@ -55,6 +57,9 @@ type heartbeat struct {
 	logger   *slog.Logger
 	pool     *pgxpool.Pool
 	queries  *intentdb.Queries
+	// rescued counts the jobs rescued in committed transactions
+	// (outbox_jobs_rescued_total).
+	rescued prometheus.Counter
 
 	// conn is the liveness session, nil while it is being replaced. Only
 	// the beat's goroutine uses it once start returned.
@@ -64,6 +69,10 @@ type heartbeat struct {
 }
 
 func newHeartbeat(pool *pgxpool.Pool, c *Config, clientID string) *heartbeat {
+	metrics := c.Metrics
+	if metrics == nil {
+		metrics = workers.NewMetrics(nil)
+	}
 	return &heartbeat{
 		clientID: clientID,
 		effects:  c.Effects,
@@ -73,6 +82,7 @@ func newHeartbeat(pool *pgxpool.Pool, c *Config, clientID string) *heartbeat {
 		grace:    2 * c.HeartbeatInterval,
 		interval: c.HeartbeatInterval,
 		logger:   c.Logger,
+		rescued:  metrics.Rescued,
 		pool:     pool,
 		queries:  intentdb.New(c.Schema),
 	}
@@ -174,7 +184,10 @@ func (h *heartbeat) rescue(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		n, err := dbutil.WithTxV(ctx, h.pool, func(tx pgx.Tx) (int, error) { return h.rescueBatch(ctx, tx) })
-		total += n
+		if err == nil {
+			total += n
+			h.rescued.Add(float64(n))
+		}
 		if err != nil || n < rescueBatchSize {
 			return total, err
 		}

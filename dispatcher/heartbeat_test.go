@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/workers"
 )
 
 // The repair of dead processes' jobs, on rows made to look like a cluster
@@ -76,7 +78,8 @@ func TestHeartbeatRescuesDeadProcessesJobs(t *testing.T) {
 	reconcilable := intent("rec", "noop_reconcilable", reconcilableJob)
 
 	// Two replicas repair at once.
-	config := &Config{Effects: b.reg, Schema: b.schema, HeartbeatInterval: time.Second, Logger: slog.New(slog.DiscardHandler)}
+	metrics := workers.NewMetrics(nil)
+	config := &Config{Effects: b.reg, Schema: b.schema, HeartbeatInterval: time.Second, Logger: slog.New(slog.DiscardHandler), Metrics: metrics}
 	var (
 		wg     sync.WaitGroup
 		counts [2]int
@@ -93,6 +96,7 @@ func TestHeartbeatRescuesDeadProcessesJobs(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	require.Equal(t, 4, counts[0]+counts[1], "each of the dead process's jobs rescued once")
+	require.Equal(t, 4.0, testutil.ToFloat64(metrics.Rescued), "outbox_jobs_rescued_total counts them")
 
 	states := map[int64]string{}
 	rows, err := b.pool.Query(ctx, `SELECT id, state::text FROM `+table("river_job"))

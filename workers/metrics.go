@@ -23,6 +23,11 @@ type Metrics struct {
 	// Reconciled is outbox_reconciled_total{reason}: intents the reconciler
 	// gave a fresh job, by what had become of their job.
 	Reconciled *prometheus.CounterVec
+	// Rescued is outbox_jobs_rescued_total: running River jobs of processes
+	// that died, made available again by this process's heartbeat
+	// (dispatcher.Config.HeartbeatInterval), each a crash's attempt that
+	// runs again within seconds.
+	Rescued prometheus.Counter
 	// StaleWrites is outbox_stale_writes_total: fenced writes rejected
 	// because another attempt had taken the intent over.
 	StaleWrites prometheus.Counter
@@ -58,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "outbox_reconciled_total",
 			Help: "Non-terminal intents whose River job was finished or gone, given a fresh job, by what had become of the job.",
 		}, []string{"reason"}),
+		Rescued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_jobs_rescued_total",
+			Help: "Running River jobs of dead processes that this process made available again.",
+		}),
 		StaleWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_stale_writes_total",
 			Help: "Outcome writes rejected because another attempt had taken the intent over (fencing).",
@@ -72,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Approvals.WithLabelValues(decision)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Approvals, m.Drained, m.EffectAttempts, m.EffectDuration, m.Reconciled, m.StaleWrites)
+		reg.MustRegister(m.Approvals, m.Drained, m.EffectAttempts, m.EffectDuration, m.Reconciled, m.Rescued, m.StaleWrites)
 	}
 	return m
 }

@@ -99,6 +99,12 @@ type Config struct {
 	// Defaults to none.
 	EffectsFile string `env:"OUTBOX_EFFECTS_FILE" expect:"a readable YAML or JSON file of declared effects" help:"declared HTTP effects (docs/effects.md); outboxd effects check FILE validates one"`
 
+	// HeartbeatInterval is how often serve writes its heartbeat and takes
+	// over the running jobs of processes that died: a process is dead once
+	// its liveness session is gone and its heartbeat two intervals old.
+	// Defaults to 1s.
+	HeartbeatInterval time.Duration `env:"OUTBOX_HEARTBEAT_INTERVAL, default=1s" expect:"a positive duration such as 1s" help:"how often serve beats and takes over the running jobs of dead processes (about two intervals after a crash)"`
+
 	// HTTPAddr is serve's listen address. Defaults to 127.0.0.1:8080.
 	HTTPAddr string `env:"OUTBOX_HTTP_ADDR, default=127.0.0.1:8080" expect:"a listen address host:port such as 127.0.0.1:8080" help:"serve's listen address (port 0 picks a free port)"`
 
@@ -318,6 +324,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"DatabaseURL", c.DatabaseURL == "" || validDatabaseURL(c.DatabaseURL)},
 		{"EffectTimeout", c.EffectTimeout > 0},
 		{"EffectsFile", c.EffectsFile == "" || readableFile(c.EffectsFile)},
+		{"HeartbeatInterval", c.HeartbeatInterval > 0},
 		{"HTTPAddr", validAddr(c.HTTPAddr)},
 		{"AdminAddr", c.AdminAddr == "" || validAddr(c.AdminAddr)},
 		{"TLSCertFile", c.TLSCertFile == "" || readableFile(c.TLSCertFile)},

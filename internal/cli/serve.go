@@ -157,6 +157,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		EffectTimeout:             cfg.EffectTimeout,
 		Effects:                   registry,
 		GaugeRefreshInterval:      time.Duration(gaugeRefreshInterval.Load()),
+		HeartbeatInterval:         cfg.HeartbeatInterval,
 		HTTPAddr:                  cfg.HTTPAddr,
 		Logger:                    logger,
 		MaxAttempts:               cfg.MaxAttempts,

@@ -93,6 +93,11 @@ type Config struct {
 	// Defaults to metrics.RefreshIntervalDefault.
 	GaugeRefreshInterval time.Duration
 
+	// HeartbeatInterval is how often the process writes its heartbeat and
+	// takes over the running jobs of dead processes (dispatcher.Config).
+	// Defaults to the dispatcher's default.
+	HeartbeatInterval time.Duration
+
 	// HTTPAddr is the address to listen on ("127.0.0.1:0" picks a port).
 	// Required.
 	HTTPAddr string
@@ -211,6 +216,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		DisableBatchFirstAttempts: c.DisableBatchFirstAttempts,
 		EffectTimeout:             c.EffectTimeout,
 		Effects:                   c.Effects,
+		HeartbeatInterval:         c.HeartbeatInterval,
 		Logger:                    c.Logger,
 		MaxAttempts:               c.MaxAttempts,
 		Metrics:                   d.metrics.workers,
