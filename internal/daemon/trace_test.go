@@ -147,6 +147,14 @@ func TestTraces(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
+	// A readiness probe is not traced.
+	req, err = http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+d.Addr()+"/readyz", nil)
+	require.NoError(t, err)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
 	require.NoError(t, d.Stop(t.Context())) // every span ended
 	spans := recorder.Ended()
 
@@ -199,6 +207,9 @@ func TestTraces(t *testing.T) {
 		}
 	}
 	require.NotNil(t, read, "the read's span is named by its route")
+	for _, s := range spans {
+		require.NotContains(t, s.Name(), "readyz")
+	}
 	require.Equal(t, "/v1/intents/{key}", attr(read, "url.path"))
 	for _, s := range enqueues {
 		require.Equal(t, agentTrace, s.SpanContext().TraceID())
