@@ -113,6 +113,10 @@ Run 'outboxd <command> --help' for a command's usage.
 
 Environment (variable, default, meaning):
 %s
+Traces follow OpenTelemetry's own variables, off by default:
+OTEL_TRACES_EXPORTER=otlp with OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME,
+OTEL_RESOURCE_ATTRIBUTES, OTEL_SDK_DISABLED (docs/operations.md, "Traces").
+
 Exit codes: 0 success, 1 failure (database down, bad configuration), 2 usage
 error, 3 refused by the contract (idempotency_key_reused, not_cancellable,
 not_unknown).
