@@ -73,8 +73,10 @@ type FileError struct {
 	File   string
 	Line   int
 	Effect string
-	Field  string
-	Err    error
+	// Upstream names the MCP upstream at fault (its tool, in Field).
+	Upstream string
+	Field    string
+	Err      error
 }
 
 // Error implements error: "effects.yaml:12: effect refund: dedupe_window: ...".
@@ -87,6 +89,9 @@ func (e *FileError) Error() string {
 	b.WriteString(": ")
 	if e.Effect != "" {
 		b.WriteString("effect " + e.Effect + ": ")
+	}
+	if e.Upstream != "" {
+		b.WriteString("upstream " + e.Upstream + ": ")
 	}
 	if e.Field != "" {
 		b.WriteString(e.Field + ": ")
@@ -113,8 +118,38 @@ var (
 	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 )
 
-// Parse checks a file's contents; file names it in errors.
+// File is an effects file's declarations: HTTP effects and MCP
+// upstreams.
+type File struct {
+	// Effects are the declared HTTP effects.
+	Effects []*Effect
+	// Upstreams are the declared MCP upstreams; their tools come from the
+	// lock (Bind).
+	Upstreams []*Upstream
+}
+
+// Parse checks a file's contents; file names it in errors. It returns the
+// declared HTTP effects; ParseFile returns the upstreams too.
 func Parse(file string, data []byte, config *Config) ([]*Effect, error) {
+	f, err := ParseFile(file, data, config)
+	if err != nil {
+		return nil, err
+	}
+	return f.Effects, nil
+}
+
+// LoadFile reads and checks the effects file at path: its effects and its
+// upstreams.
+func LoadFile(path string, config *Config) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &FileError{File: path, Err: err}
+	}
+	return ParseFile(path, data, config)
+}
+
+// ParseFile checks a file's contents; file names it in errors.
+func ParseFile(file string, data []byte, config *Config) (*File, error) {
 	cfg := Config{}
 	if config != nil {
 		cfg = *config
@@ -142,17 +177,24 @@ func Parse(file string, data []byte, config *Config) ([]*Effect, error) {
 	l := &loader{file: file, ast: astFile, cfg: &cfg}
 	root, ok := ordered(doc).(orderedMap)
 	if !ok {
-		return nil, &FileError{File: file, Line: 1, Err: errors.New("the file must be a mapping with one key, effects")}
+		return nil, &FileError{File: file, Line: 1, Err: errors.New("the file must be a mapping with effects, upstreams or both")}
 	}
-	if err := l.known(root, "$", "", []string{"effects"}); err != nil {
+	if err := l.known(root, "$", "", []string{"effects", "upstreams"}); err != nil {
 		return nil, err
 	}
-	decls, ok := root.get("effects")
+	decls, hasEffects := root.get("effects")
 	declMap, isMap := decls.(orderedMap)
-	if !ok || !isMap || len(declMap) == 0 {
+	ups, hasUpstreams := root.get("upstreams")
+	upMap, upIsMap := ups.(orderedMap)
+	switch {
+	case hasEffects && (!isMap || len(declMap) == 0):
 		return nil, l.errorf("$.effects", "", "effects", "must map each effect's name to its declaration")
+	case hasUpstreams && (!upIsMap || len(upMap) == 0):
+		return nil, l.errorf("$.upstreams", "", "upstreams", "must map each upstream's name to its declaration")
+	case !hasEffects && !hasUpstreams:
+		return nil, l.errorf("$", "", "effects", "the file declares nothing: effects, upstreams or both")
 	}
-	var out []*Effect
+	out := &File{}
 	tools := map[string]string{}
 	for _, reserved := range cfg.ReservedTools {
 		tools[reserved] = "a built-in effect"
@@ -166,7 +208,14 @@ func Parse(file string, data []byte, config *Config) ([]*Effect, error) {
 			return nil, l.errorf("$.effects."+kv.key+".tool", kv.key, "tool", "the MCP tool name %q is taken by %s", e.tool, other)
 		}
 		tools[e.tool] = "effect " + e.name
-		out = append(out, e)
+		out.Effects = append(out.Effects, e)
+	}
+	for _, kv := range upMap {
+		u, err := l.upstream(kv.key, kv.value)
+		if err != nil {
+			return nil, err
+		}
+		out.Upstreams = append(out.Upstreams, u)
 	}
 	return out, nil
 }

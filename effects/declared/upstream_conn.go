@@ -1,0 +1,365 @@
+package declared
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Restart backoff of an upstream's child or session.
+const (
+	upstreamBackoffMin = time.Second
+	upstreamBackoffMax = time.Minute
+)
+
+// errUnavailable is an upstream that could not be reached: no session, a
+// child that would not start, every slot taken for connect_timeout.
+var errUnavailable = errors.New("upstream unavailable")
+
+// UpstreamConnConfig configures the connections to one upstream.
+type UpstreamConnConfig struct {
+	// Logger receives the children's stderr (at debug, scrubbed) and the
+	// connections' events. Defaults to a logger that discards.
+	Logger *slog.Logger
+	// Version is outbox's version, sent in the MCP handshake. Defaults to
+	// "dev".
+	Version string
+}
+
+// UpstreamConn holds the sessions to one upstream: `processes` stdio
+// children or HTTP sessions, each taking at most `max_in_flight` calls at
+// once, connected on first use and reconnected with backoff.
+type UpstreamConn struct {
+	u       *Upstream
+	client  *mcp.Client
+	logger  *slog.Logger
+	members []*member
+	next    atomic.Uint64
+	closed  atomic.Bool
+	// onListChanged is called when a session says its tools changed.
+	onListChanged func()
+}
+
+// member is one child or HTTP session.
+type member struct {
+	conn  *UpstreamConn
+	slots chan struct{}
+
+	mu       sync.Mutex
+	session  *mcp.ClientSession
+	gone     bool // the session ended: the next call connects anew
+	failures int
+	retryAt  time.Time
+	tempDir  string
+}
+
+// NewUpstreamConn returns the connections to u; nothing connects until a
+// call needs it.
+func NewUpstreamConn(u *Upstream, config *UpstreamConnConfig) *UpstreamConn {
+	cfg := UpstreamConnConfig{}
+	if config != nil {
+		cfg = *config
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	c := &UpstreamConn{u: u, logger: cfg.Logger.With(slog.String("upstream", u.name))}
+	c.client = mcp.NewClient(&mcp.Implementation{Name: "outbox", Version: cfg.Version}, &mcp.ClientOptions{
+		// outbox never answers an upstream's request for input (sampling,
+		// elicitation, roots): a recorded call runs without a person, and
+		// an answer made up here would be a guess.
+		Capabilities:   &mcp.ClientCapabilities{},
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			if f := c.onListChanged; f != nil {
+				f()
+			}
+		},
+	})
+	for range u.processes {
+		c.members = append(c.members, &member{conn: c, slots: make(chan struct{}, u.maxInFlight)})
+	}
+	return c
+}
+
+// Upstream is the declaration the connections serve.
+func (c *UpstreamConn) Upstream() *Upstream { return c.u }
+
+// acquire takes a slot of a member and its session, connecting it if need
+// be, within the upstream's connect_timeout; release gives the slot back.
+// An error is errUnavailable: nothing was sent.
+func (c *UpstreamConn) acquire(ctx context.Context) (*member, *mcp.ClientSession, func(), error) {
+	if c.closed.Load() {
+		return nil, nil, nil, fmt.Errorf("%w: outboxd is stopping", errUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.u.connectTimeout)
+	defer cancel()
+	start := int(c.next.Add(1))
+	var m *member
+	// A free slot of any member first; else wait on the next in turn.
+	for i := range c.members {
+		cand := c.members[(start+i)%len(c.members)]
+		select {
+		case cand.slots <- struct{}{}:
+			m = cand
+		default:
+		}
+		if m != nil {
+			break
+		}
+	}
+	if m == nil {
+		m = c.members[start%len(c.members)]
+		select {
+		case m.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, nil, fmt.Errorf("%w: every call slot stayed taken for %s", errUnavailable, c.u.connectTimeout)
+		}
+	}
+	release := func() { <-m.slots }
+	s, err := m.connect(ctx)
+	if err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	return m, s, release, nil
+}
+
+// connect returns the member's session, starting it if there is none (and
+// the backoff allows).
+func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.session != nil && !m.gone {
+		return m.session, nil
+	}
+	if wait := time.Until(m.retryAt); wait > 0 {
+		return nil, fmt.Errorf("%w: reconnecting in %s after %d failures", errUnavailable, wait.Round(time.Millisecond), m.failures)
+	}
+	s, err := m.conn.dial(ctx, m)
+	if err != nil {
+		m.failures++
+		backoff := min(upstreamBackoffMin<<min(m.failures-1, 6), upstreamBackoffMax)
+		m.retryAt = time.Now().Add(backoff)
+		return nil, fmt.Errorf("%w: %s", errUnavailable, m.conn.u.scrub(err.Error()))
+	}
+	m.failures, m.retryAt = 0, time.Time{}
+	m.session, m.gone = s, false
+	go func() {
+		_ = s.Wait()
+		m.mu.Lock()
+		if m.session == s {
+			m.gone = true
+		}
+		m.mu.Unlock()
+	}()
+	return s, nil
+}
+
+// dial starts a child (stdio) or opens an HTTP session.
+func (c *UpstreamConn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) {
+	var transport mcp.Transport
+	if c.u.Stdio() {
+		cmd, err := c.command(m)
+		if err != nil {
+			return nil, err
+		}
+		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}
+	} else {
+		endpoint, _, err := c.u.url.renderString(&renderCtx{env: c.u.resolved})
+		if err != nil {
+			return nil, err
+		}
+		transport = &mcp.StreamableClientTransport{
+			Endpoint:   endpoint,
+			HTTPClient: &http.Client{Transport: &upstreamRoundTripper{u: c.u, base: http.DefaultTransport}, CheckRedirect: noRedirects},
+			// A resumed stream could replay nothing the caller needs, and a
+			// retried POST would be a second call: the outcome is classified
+			// instead.
+			MaxRetries:           -1,
+			DisableStandaloneSSE: false,
+		}
+	}
+	return c.client.Connect(ctx, transport, nil)
+}
+
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// command builds a child's command: argv as declared, the environment from
+// inherit and env only, in dir or a private temporary directory, in its own
+// process group, killed when outboxd dies.
+func (c *UpstreamConn) command(m *member) (*exec.Cmd, error) {
+	path, err := exec.LookPath(c.u.command[0])
+	if err != nil {
+		return nil, fmt.Errorf("command %s: %w", c.u.command[0], err)
+	}
+	cmd := exec.Command(path, c.u.command[1:]...) //nolint:gosec // argv is the operator's file, never an argument of a call
+	for _, name := range c.u.inherit {
+		if v, ok := os.LookupEnv(name); ok {
+			cmd.Env = append(cmd.Env, name+"="+v)
+		}
+	}
+	for _, e := range c.u.env {
+		v, _, err := e.value.renderString(&renderCtx{env: c.u.resolved})
+		if err != nil {
+			return nil, err
+		}
+		cmd.Env = append(cmd.Env, e.name+"="+v)
+	}
+	cmd.Dir = c.u.dir
+	if cmd.Dir == "" {
+		if m.tempDir == "" {
+			if m.tempDir, err = os.MkdirTemp("", "outbox-upstream-"+c.u.name+"-"); err != nil {
+				return nil, err
+			}
+		}
+		cmd.Dir = m.tempDir
+	}
+	cmd.SysProcAttr = childProcAttr()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	go c.logStderr(stderr)
+	return cmd, nil
+}
+
+// logStderr logs a child's stderr at debug, scrubbed.
+func (c *UpstreamConn) logStderr(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	for sc.Scan() {
+		c.logger.Debug("upstream stderr", slog.String("line", c.u.scrub(sc.Text())))
+	}
+}
+
+// Close ends every session: a child's stdin is closed, then SIGTERM after
+// 5 s and SIGKILL after 5 s more (mcp.CommandTransport).
+func (c *UpstreamConn) Close() {
+	c.closed.Store(true)
+	var wg sync.WaitGroup
+	for _, m := range c.members {
+		m.mu.Lock()
+		s, dir := m.session, m.tempDir
+		m.session, m.gone = nil, true
+		m.mu.Unlock()
+		wg.Go(func() {
+			if s != nil {
+				_ = s.Close()
+			}
+			if dir != "" {
+				_ = os.RemoveAll(dir)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// ListTools lists every tool of the upstream (all pages).
+func (c *UpstreamConn) ListTools(ctx context.Context) (server string, tools []*mcp.Tool, err error) {
+	_, s, release, err := c.acquire(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	defer release()
+	if init := s.InitializeResult(); init != nil && init.ServerInfo != nil {
+		server = strings.TrimSpace(init.ServerInfo.Name + " " + init.ServerInfo.Version)
+	}
+	for t, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			return "", nil, fmt.Errorf("upstream %s: listing tools: %s", c.u.name, c.u.scrub(err.Error()))
+		}
+		tools = append(tools, t)
+	}
+	return server, tools, nil
+}
+
+// callProbe records, for one call over HTTP, what the transport saw: the
+// classification needs to know whether the request was written and what
+// status answered it, which the SDK's errors do not carry.
+type callProbe struct {
+	mu         sync.Mutex
+	attempted  bool
+	written    bool
+	status     int
+	retryAfter time.Duration
+}
+
+type probeKey struct{}
+
+func withProbe(ctx context.Context) (context.Context, *callProbe) {
+	p := &callProbe{}
+	return context.WithValue(ctx, probeKey{}, p), p
+}
+
+// upstreamRoundTripper sets the declared headers and fills the call's
+// probe.
+type upstreamRoundTripper struct {
+	u    *Upstream
+	base http.RoundTripper
+}
+
+func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	for _, h := range t.u.headers {
+		v, _, err := h.value.renderString(&renderCtx{env: t.u.resolved})
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set(h.name, v)
+	}
+	p, _ := req.Context().Value(probeKey{}).(*callProbe)
+	if p != nil && req.Method == http.MethodPost {
+		p.mu.Lock()
+		p.attempted = true
+		p.mu.Unlock()
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(info httptrace.WroteRequestInfo) {
+				if info.Err == nil {
+					p.mu.Lock()
+					p.written = true
+					p.mu.Unlock()
+				}
+			},
+		}))
+	}
+	resp, err := t.base.RoundTrip(req)
+	if p != nil && resp != nil && req.Method == http.MethodPost {
+		p.mu.Lock()
+		p.status = resp.StatusCode
+		if s := resp.Header.Get("Retry-After"); s != "" {
+			if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+				p.retryAfter = time.Duration(n) * time.Second
+			} else if at, err := http.ParseTime(s); err == nil {
+				p.retryAfter = max(time.Until(at), 0)
+			}
+		}
+		p.mu.Unlock()
+	}
+	return resp, err
+}
+
+// scrub replaces the upstream's secrets in s.
+func (u *Upstream) scrub(s string) string {
+	for _, secret := range u.secrets {
+		s = strings.ReplaceAll(s, secret, "[redacted]")
+	}
+	return s
+}

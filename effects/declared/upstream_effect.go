@@ -1,0 +1,582 @@
+package declared
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/outbox-dev/outbox/effects"
+)
+
+// Error codes of upstream calls (docs/effects.md, "In front of an MCP
+// server").
+const (
+	CodeUpstreamUnavailable   = "upstream_unavailable"
+	CodeUpstreamUnauthorized  = "upstream_unauthorized"
+	CodeUpstreamRefused       = "upstream_refused"
+	CodeUpstreamInputRequired = "upstream_input_required"
+	CodeUpstreamError         = "upstream_error"
+	CodeUpstreamIsError       = "upstream_is_error"
+	CodeUpstreamLost          = "upstream_lost"
+	CodeUpstreamDrift         = "upstream_drift"
+	CodeUpstreamToolMissing   = "upstream_tool_missing"
+	CodeUpstreamHTTPError     = "upstream_http_error"
+)
+
+// UpstreamTool is a recorded upstream tool: an effect of its mirrored name
+// whose attempt calls the upstream tool once.
+type UpstreamTool struct {
+	conn        *UpstreamConn
+	decl        *ToolDecl // nil when undeclared (at most once)
+	locked      *LockedTool
+	name        string
+	description string
+	guarantee   effects.Guarantee
+	schema      *jsonschema.Schema
+	schemaJSON  json.RawMessage // mirrored: the upstream's without key_arg
+	sha256      string
+
+	// withdrawn is why calls wait (drift, a missing tool), or "".
+	withdrawn atomic.Pointer[string]
+
+	// observe is told of every call's outcome, for
+	// outbox_upstream_calls_total. Defaults to none.
+	observe func(upstream, tool, outcome string)
+}
+
+var (
+	_ effects.Effect            = (*UpstreamTool)(nil)
+	_ effects.RequestReconciler = (*UpstreamTool)(nil)
+	_ effects.Declarer          = (*UpstreamTool)(nil)
+)
+
+// Name implements effects.Effect: the mirrored name.
+func (t *UpstreamTool) Name() string { return t.name }
+
+// Guarantee implements effects.Effect.
+func (t *UpstreamTool) Guarantee() effects.Guarantee { return t.guarantee }
+
+// Tool is the MCP tool's name: the mirrored name.
+func (t *UpstreamTool) Tool() string { return t.name }
+
+// Description is the tool's description for agents: the declaration's, or
+// the upstream's (cleaned and capped when pinned).
+func (t *UpstreamTool) Description() string { return t.description }
+
+// ArgsSchema is the mirrored args' schema: the upstream's without key_arg.
+func (t *UpstreamTool) ArgsSchema() json.RawMessage { return t.schemaJSON }
+
+// UpstreamName is the upstream the tool belongs to.
+func (t *UpstreamTool) UpstreamName() string { return t.conn.u.name }
+
+// UpstreamTool is the tool's name at the upstream.
+func (t *UpstreamTool) UpstreamTool() string { return t.locked.Name }
+
+// Wait is how long a call of the tool waits for its intent's end.
+func (t *UpstreamTool) Wait() time.Duration { return t.conn.u.wait }
+
+// Namespaces are the namespaces that see the tool; empty means all.
+func (t *UpstreamTool) Namespaces() []string { return t.conn.u.Namespaces() }
+
+// Workers is the River workers the tool's queue gets.
+func (t *UpstreamTool) Workers() int { return t.conn.u.Workers() }
+
+// AlwaysClaim reports that every attempt is claimed before the upstream is
+// called, and never batched, whatever the guarantee: a rescued batch could
+// call an upstream while the first call still runs.
+func (t *UpstreamTool) AlwaysClaim() bool { return true }
+
+// DeclarationSHA256 implements effects.Declarer: the transport, the
+// upstream tool's name, its pinned schema and its declaration, not the
+// descriptions.
+func (t *UpstreamTool) DeclarationSHA256() string { return t.sha256 }
+
+// DedupeWindow implements effects.DedupeWindower for a key_arg tool; a
+// retry-safe tool has no window.
+func (t *UpstreamTool) DedupeWindow() time.Duration {
+	if t.decl != nil && t.decl.window > 0 {
+		return t.decl.window
+	}
+	// Repeating a retry-safe call changes nothing: no window to leave.
+	return 100 * 365 * 24 * time.Hour
+}
+
+// Withdraw makes calls wait not_sent with code (upstream_drift,
+// upstream_tool_missing); "" restores the tool.
+func (t *UpstreamTool) Withdraw(code string) {
+	if code == "" {
+		t.withdrawn.Store(nil)
+		return
+	}
+	t.withdrawn.Store(&code)
+}
+
+// Withdrawn is why the tool's calls wait, or "".
+func (t *UpstreamTool) Withdrawn() string {
+	if p := t.withdrawn.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// ValidateArgs implements effects.Effect: the mirrored schema, with a
+// marker of the longest length applied, so a maxLength cannot be broken at
+// send time; a call that passes key_arg is refused, outbox sets it.
+func (t *UpstreamTool) ValidateArgs(args json.RawMessage) error {
+	var inst map[string]any
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	if err := dec.Decode(&inst); err != nil || inst == nil {
+		return &effects.ArgError{Message: "must be a JSON object"}
+	}
+	if t.decl != nil && t.decl.keyArg != "" {
+		if _, ok := inst[t.decl.keyArg]; ok {
+			return &effects.ArgError{Field: t.decl.keyArg, Message: "outbox sets it (the provider key): leave it out"}
+		}
+	}
+	if t.decl != nil && t.decl.marker != nil {
+		s, _ := inst[t.decl.marker.arg].(string)
+		inst[t.decl.marker.arg] = s + strings.Repeat("x", t.decl.marker.length())
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(mustJSON(inst)))
+	if err != nil {
+		return &effects.ArgError{Message: "must be a JSON object"}
+	}
+	if err := t.schema.Validate(v); err != nil {
+		var verr *jsonschema.ValidationError
+		if errors.As(err, &verr) {
+			return argError(verr)
+		}
+		return &effects.ArgError{Message: err.Error()}
+	}
+	return nil
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// callArgs returns the arguments sent upstream: the caller's, with the
+// marker applied and key_arg set, numbers kept as written.
+func (t *UpstreamTool) callArgs(args json.RawMessage, providerKey string) (map[string]any, error) {
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil || m == nil {
+		return nil, effects.Permanent("invalid_args", fmt.Errorf("tool %s: args are not a JSON object", t.name))
+	}
+	if t.decl == nil {
+		return m, nil
+	}
+	if t.decl.keyArg != "" {
+		m[t.decl.keyArg] = providerKey
+	}
+	if mk := t.decl.marker; mk != nil {
+		s, _ := m[mk.arg].(string)
+		if mk.prepend {
+			s = mk.render(providerKey) + s
+		} else {
+			s += mk.render(providerKey)
+		}
+		m[mk.arg] = s
+	}
+	return m, nil
+}
+
+// Execute implements effects.Effect: one call of the upstream tool.
+func (t *UpstreamTool) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
+	if code := t.Withdrawn(); code != "" {
+		return nil, effects.NotSent(code, fmt.Errorf("upstream %s tool %s is withdrawn (%s) until the operator pins it again (outboxd effects pin)", t.conn.u.name, t.locked.Name, code))
+	}
+	args, err := t.callArgs(req.Args, req.ProviderKey)
+	if err != nil {
+		return nil, err
+	}
+	res, rpcErr, err := t.conn.call(ctx, t.locked.Name, args, t.guarantee)
+	outcome := "succeeded"
+	defer func() {
+		if t.observe != nil {
+			t.observe(t.conn.u.name, t.name, outcome)
+		}
+	}()
+	if err != nil {
+		class, code := effects.Classify(err)
+		outcome = string(class) + ":" + code
+		return nil, err
+	}
+	result, err := t.classify(res, rpcErr, req)
+	if err != nil {
+		class, code := effects.Classify(err)
+		outcome = string(class) + ":" + code
+	}
+	return result, err
+}
+
+// classify turns an upstream's answer (a result or a JSON-RPC error) into
+// a stored result or a classified error: the tool's rules first, then the
+// default classes.
+func (t *UpstreamTool) classify(res *mcp.CallToolResult, rpcErr *jsonrpc.Error, req *effects.Request) (json.RawMessage, error) {
+	vars := &mcpVars{providerKey: req.ProviderKey}
+	_ = json.Unmarshal(req.Args, &vars.args)
+	if res != nil {
+		vars.result = newCELResult(res)
+	} else {
+		vars.err = &celError{Code: int64(rpcErr.Code), Message: rpcErr.Message, Data: structValue(rawOrNil(rpcErr.Data))}
+	}
+	describe := func() string {
+		if rpcErr != nil {
+			return fmt.Sprintf("upstream %s tool %s: JSON-RPC error %d: %s", t.conn.u.name, t.locked.Name, rpcErr.Code, t.errorText(rpcErr.Message))
+		}
+		return fmt.Sprintf("upstream %s tool %s answered isError: %s", t.conn.u.name, t.locked.Name, t.errorText(contentText(res)))
+	}
+	if t.decl != nil {
+		act := vars.activation(nil)
+		for _, r := range t.decl.rules {
+			ok, err := r.when.evalBool(act)
+			if err != nil || !ok {
+				continue
+			}
+			code := r.code
+			switch r.class {
+			case ClassSuccess:
+				if res == nil {
+					return t.storeError(rpcErr)
+				}
+				return t.store(res)
+			case ClassNotSent:
+				return nil, effects.NotSent(orDefaultCode(code, CodeUpstreamError), errors.New(describe()))
+			case ClassPermanent:
+				return nil, effects.Permanent(orDefaultCode(code, CodeUpstreamRefused), errors.New(describe()))
+			default:
+				return nil, effects.Ambiguous(orDefaultCode(code, CodeUpstreamError), errors.New(describe()))
+			}
+		}
+	}
+	if rpcErr != nil {
+		switch rpcErr.Code {
+		case jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidParams:
+			return nil, effects.Permanent(CodeUpstreamRefused, errors.New(describe()))
+		case codeURLElicitationRequired:
+			return nil, effects.Permanent(CodeUpstreamInputRequired, errors.New(describe()))
+		}
+		return nil, effects.Ambiguous(CodeUpstreamError, errors.New(describe()))
+	}
+	if res.NeedsInput() {
+		return nil, effects.Permanent(CodeUpstreamInputRequired, fmt.Errorf("upstream %s tool %s asked for input, which outbox never gives", t.conn.u.name, t.locked.Name))
+	}
+	if res.IsError {
+		// A tool's error text may hide a write: rules turn known refusals
+		// into permanent ones.
+		return nil, effects.Ambiguous(CodeUpstreamIsError, errors.New(describe()))
+	}
+	return t.store(res)
+}
+
+// codeURLElicitationRequired is the JSON-RPC error an upstream answers when
+// it needs a person's input (MCP's URLElicitationRequired).
+const codeURLElicitationRequired = -32042
+
+func orDefaultCode(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func rawOrNil(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	var v any
+	_ = json.Unmarshal(b, &v)
+	return v
+}
+
+// errorText scrubs and caps an upstream's error text for the intent.
+func (t *UpstreamTool) errorText(s string) string {
+	s = t.conn.u.scrub(s)
+	if len(s) > ErrorTextMax {
+		s = strings.ToValidUTF8(s[:ErrorTextMax], "") + "..."
+	}
+	return s
+}
+
+func contentText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			if b.Len() > 0 {
+				b.WriteString(" ")
+			}
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// storedResult is what a recorded call keeps of the upstream's answer, and
+// what every answer to the agent is built from.
+type storedResult struct {
+	Content           []map[string]any `json:"content"`
+	StructuredContent any              `json:"structuredContent,omitempty"`
+	Truncated         bool             `json:"truncated,omitempty"`
+	Reconciled        bool             `json:"reconciled,omitempty"`
+	// ID is the upstream's object id when its answer names one, for the
+	// console and River UI.
+	ID any `json:"id,omitempty"`
+}
+
+// store keeps a successful answer: text scrubbed and truncated at
+// result_max, binary blocks as their type, size and hash.
+func (t *UpstreamTool) store(res *mcp.CallToolResult) (json.RawMessage, error) {
+	out := storedResult{Content: []map[string]any{}}
+	budget := t.conn.u.resultMax
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			s := t.conn.u.scrub(c.Text)
+			if len(s) > budget {
+				s, out.Truncated = strings.ToValidUTF8(s[:max(budget, 0)], ""), true
+			}
+			budget -= len(s)
+			out.Content = append(out.Content, map[string]any{"type": "text", "text": s})
+		case *mcp.ImageContent:
+			out.Content = append(out.Content, binaryBlock("image", c.MIMEType, c.Data))
+		case *mcp.AudioContent:
+			out.Content = append(out.Content, binaryBlock("audio", c.MIMEType, c.Data))
+		case *mcp.ResourceLink:
+			out.Content = append(out.Content, map[string]any{"type": "resource_link", "uri": c.URI, "name": c.Name, "mimeType": c.MIMEType})
+		case *mcp.EmbeddedResource:
+			var data []byte
+			mime := ""
+			if c.Resource != nil {
+				data, mime = append([]byte(c.Resource.Text), c.Resource.Blob...), c.Resource.MIMEType
+			}
+			out.Content = append(out.Content, binaryBlock("resource", mime, data))
+		}
+	}
+	if res.StructuredContent != nil {
+		raw, err := json.Marshal(res.StructuredContent)
+		if err == nil {
+			scrubbed := t.conn.u.scrub(string(raw))
+			if len(scrubbed) > budget {
+				out.Truncated = true
+			} else {
+				var v any
+				if json.Unmarshal([]byte(scrubbed), &v) == nil {
+					out.StructuredContent = v
+				}
+			}
+		}
+	}
+	if m, ok := out.StructuredContent.(map[string]any); ok {
+		out.ID = m["id"]
+	}
+	return json.Marshal(out)
+}
+
+// storeError keeps a JSON-RPC error a success rule accepted ("already
+// exists" for a retry-safe tool).
+func (t *UpstreamTool) storeError(rpcErr *jsonrpc.Error) (json.RawMessage, error) {
+	return json.Marshal(storedResult{Content: []map[string]any{{"type": "text", "text": t.errorText(rpcErr.Message)}}})
+}
+
+func binaryBlock(kind, mime string, data []byte) map[string]any {
+	sum := sha256.Sum256(data)
+	return map[string]any{"type": kind, "mimeType": mime, "bytes": len(data), "sha256": hex.EncodeToString(sum[:])}
+}
+
+// call calls an upstream tool once: a slot and a session within
+// connect_timeout (else not_sent, nothing claimed beyond the attempt), then
+// the request, bounded by the upstream's timeout from its write. A result
+// or a JSON-RPC error is returned for classification; anything else is a
+// classified error.
+func (c *UpstreamConn) call(ctx context.Context, tool string, args map[string]any, g effects.Guarantee) (*mcp.CallToolResult, *jsonrpc.Error, error) {
+	m, s, release, err := c.acquire(ctx)
+	if err != nil {
+		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, err)
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, c.u.timeout)
+	defer cancel()
+	ctx, probe := withProbe(ctx)
+	params := &mcp.CallToolParams{Name: tool, Arguments: args}
+	// The trace continues at the upstream: W3C trace context in _meta, as
+	// MCP's hosts send it.
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if tp := carrier.Get("traceparent"); tp != "" {
+		params.Meta = mcp.Meta{"traceparent": tp}
+	}
+	res, err := s.CallTool(ctx, params)
+	if err == nil {
+		return res, nil, nil
+	}
+	probe.mu.Lock()
+	attempted, written, status, retryAfter := probe.attempted, probe.written, probe.status, probe.retryAfter
+	probe.mu.Unlock()
+	text := c.u.scrub(err.Error())
+	if !c.u.Stdio() {
+		switch {
+		case !attempted || !written:
+			return nil, nil, effects.NotSent(CodeUpstreamUnavailable, fmt.Errorf("upstream %s: the request was not written: %s", c.u.name, text))
+		case status == http.StatusUnauthorized || status == http.StatusForbidden:
+			return nil, nil, effects.NotSent(CodeUpstreamUnauthorized, fmt.Errorf("upstream %s answered %d", c.u.name, status))
+		case status == http.StatusNotFound:
+			m.markGone(s)
+			return nil, nil, effects.NotSent(CodeUpstreamUnavailable, fmt.Errorf("upstream %s: the session is gone (404); a new one follows", c.u.name))
+		case status == http.StatusTooManyRequests:
+			return nil, nil, effects.NotSentRetryAfter(CodeUpstreamUnavailable, fmt.Errorf("upstream %s answered 429", c.u.name), retryAfter)
+		case status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusServiceUnavailable:
+			if g == effects.GuaranteeAtMostOnce {
+				return nil, nil, effects.Ambiguous(CodeUpstreamHTTPError, fmt.Errorf("upstream %s answered %d", c.u.name, status))
+			}
+			return nil, nil, effects.NotSentRetryAfter(CodeUpstreamUnavailable, fmt.Errorf("upstream %s answered %d", c.u.name, status), retryAfter)
+		case status != 0 && (status < 200 || status > 299):
+			return nil, nil, effects.Ambiguous(CodeUpstreamHTTPError, fmt.Errorf("upstream %s answered %d", c.u.name, status))
+		}
+	}
+	var rpcErr *jsonrpc.Error
+	if errors.As(err, &rpcErr) {
+		return nil, rpcErr, nil
+	}
+	if errors.Is(err, mcp.ErrConnectionClosed) && !attempted && !c.u.Stdio() {
+		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, fmt.Errorf("upstream %s: %s", c.u.name, text))
+	}
+	// A timeout, a dropped stream, a child that exited: the call may have
+	// acted. Cancellation was sent, and is no proof of anything.
+	m.markGoneIfClosed(s)
+	return nil, nil, effects.Ambiguous(CodeUpstreamLost, fmt.Errorf("upstream %s tool %s: the outcome was lost: %s", c.u.name, tool, text))
+}
+
+// markGone drops a session the upstream ended.
+func (m *member) markGone(s *mcp.ClientSession) {
+	m.mu.Lock()
+	if m.session == s {
+		m.gone = true
+	}
+	m.mu.Unlock()
+	go func() { _ = s.Close() }()
+}
+
+// markGoneIfClosed drops a session whose connection is closed.
+func (m *member) markGoneIfClosed(s *mcp.ClientSession) {
+	if err := s.Ping(context.Background(), nil); err != nil {
+		m.markGone(s)
+	}
+}
+
+// LookupRequest implements effects.RequestReconciler: it calls the
+// look-up tool and finds the marker. An error, an isError answer or items
+// that are not a list is lookup_failed, never "not found"; "not found"
+// counts only settle after the intent's last possible send.
+func (t *UpstreamTool) LookupRequest(ctx context.Context, req *effects.Request, createdAt time.Time) (json.RawMessage, bool, error) {
+	d := t.decl.lookup
+	failed := func(format string, args ...any) error {
+		return fmt.Errorf("lookup_failed: upstream %s tool %s: look-up through %s: %s", t.conn.u.name, t.locked.Name, d.tool, t.conn.u.scrub(fmt.Sprintf(format, args...)))
+	}
+	dec := json.NewDecoder(bytes.NewReader(req.Args))
+	dec.UseNumber()
+	var args any
+	if err := dec.Decode(&args); err != nil {
+		return nil, false, failed("args are not JSON")
+	}
+	rc := &renderCtx{args: args, providerKey: req.ProviderKey}
+	if !createdAt.IsZero() {
+		rc.createdAt = createdAt.UTC().Format(time.RFC3339)
+	}
+	callArgs := map[string]any{}
+	for _, kv := range d.args {
+		v, ok, err := d.argT[kv.key].renderValue(rc)
+		if err != nil {
+			return nil, false, failed("%v", err)
+		}
+		if ok {
+			callArgs[kv.key] = v
+		}
+	}
+	res, rpcErr, err := t.conn.call(ctx, d.tool, callArgs, effects.GuaranteeDeduplicated)
+	switch {
+	case err != nil:
+		return nil, false, failed("%v", err)
+	case rpcErr != nil:
+		return nil, false, failed("JSON-RPC error %d: %s", rpcErr.Code, rpcErr.Message)
+	case res.IsError:
+		return nil, false, failed("isError: %s", contentText(res))
+	}
+	vars := &mcpVars{result: newCELResult(res), providerKey: req.ProviderKey}
+	_ = json.Unmarshal(req.Args, &vars.args)
+	act := vars.activation(nil)
+	var foundItem any
+	if d.items != nil {
+		items, err := d.items.evalList(act)
+		if err != nil {
+			return nil, false, failed("items: %v", err)
+		}
+		for _, item := range items {
+			ok, err := d.match.evalBool(vars.activation(item))
+			if err != nil {
+				return nil, false, failed("match: %v", err)
+			}
+			if ok {
+				foundItem = plainJSON(item)
+				break
+			}
+		}
+	} else {
+		found, err1 := d.found.evalBool(act)
+		missing, err2 := d.missing.evalBool(act)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, false, failed("%v", err)
+		}
+		switch {
+		case found && !missing:
+			foundItem = plainJSON(vars.result.Data)
+		case missing && !found:
+		default:
+			return nil, false, failed("found is %t and missing is %t: exactly one must hold", found, missing)
+		}
+	}
+	if foundItem == nil {
+		// An upstream whose reads lag its writes: "not found" counts only
+		// once settle passed since the last send could have ended. The
+		// intent's creation plus the call's timeout bounds the first
+		// attempt's send; later attempts are looked up before they send.
+		if t.decl.settle > 0 && !createdAt.IsZero() && time.Since(createdAt) < t.decl.settle+t.conn.u.timeout {
+			return nil, false, failed("not found yet; settling for %s", t.decl.settle)
+		}
+		return nil, false, nil
+	}
+	out := storedResult{Reconciled: true, StructuredContent: foundItem}
+	if len(d.result) > 0 {
+		e := &Effect{name: t.name}
+		picked, err := e.extract(d.result, foundItem)
+		if err != nil {
+			return nil, false, failed("%v", err)
+		}
+		var v any
+		_ = json.Unmarshal(picked, &v)
+		out.StructuredContent = v
+	}
+	text, _ := json.Marshal(out.StructuredContent)
+	out.Content = []map[string]any{{"type": "text", "text": t.conn.u.scrub(string(text))}}
+	if m, ok := out.StructuredContent.(map[string]any); ok {
+		out.ID = m["id"]
+	}
+	raw, err := json.Marshal(out)
+	return raw, err == nil, err
+}
