@@ -303,7 +303,16 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	}
 	queues := map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}
 	for _, name := range c.Effects.Names() {
-		queues[name] = river.QueueConfig{MaxWorkers: c.Workers}
+		n := c.Workers
+		// An MCP upstream's tool takes as many calls at once as its
+		// children or sessions do (processes x max_in_flight): more
+		// workers would only wait for a slot, and time out not_sent.
+		if e, ok := c.Effects.Get(name); ok {
+			if sized, ok := e.(interface{ Workers() int }); ok && sized.Workers() > 0 {
+				n = sized.Workers()
+			}
+		}
+		queues[name] = river.QueueConfig{MaxWorkers: n}
 	}
 	lease := workers.Lease(c.EffectTimeout)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{

@@ -91,7 +91,7 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 			badErrs = append(badErrs, intentdb.ErrorJSON("invalid_args", err.Error()))
 			continue
 		}
-		if d.batchFirstAttempts && effects.GuaranteeOf(effect, u.Args) == effects.GuaranteeDeduplicated {
+		if d.batchFirstAttempts && effects.GuaranteeOf(effect, u.Args) == effects.GuaranteeDeduplicated && !effects.AlwaysClaims(effect) {
 			// One batch per effect and namespace: the batch job's queue
 			// is the effect and its metadata the namespace.
 			k := u.Effect + "\x00" + u.Namespace

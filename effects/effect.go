@@ -101,6 +101,21 @@ type Declarer interface {
 	DeclarationSHA256() string
 }
 
+// AlwaysClaimer is implemented by effects whose every attempt is claimed
+// (committed running, with its lease) before the provider is called, and
+// never run in a batch job, whatever the guarantee: a recorded MCP upstream
+// tool, where a rescued batch could call the upstream while the first call
+// still runs.
+type AlwaysClaimer interface {
+	AlwaysClaim() bool
+}
+
+// AlwaysClaims reports whether e's attempts are always claimed first.
+func AlwaysClaims(e Effect) bool {
+	c, ok := e.(AlwaysClaimer)
+	return ok && c.AlwaysClaim()
+}
+
 // ArgsGuaranteer is implemented by effects whose guarantee depends on the
 // intent's arguments: a webhook is deduplicated when its endpoint dedupes,
 // and at most once otherwise. GuaranteeFor gets valid arguments; Guarantee

@@ -97,6 +97,7 @@ type Decision struct {
 //
 //	exhausted, nothing may have been sent         -> failed  (attempts_exhausted)
 //	exhausted, something may have been sent       -> unknown (attempts_exhausted)
+//	maybe sent, another declaration, reconcilable -> look up first
 //	maybe sent, another declaration in force       -> unknown (declaration_changed)
 //	lost outcome, at_most_once                    -> unknown (outcome_lost)
 //	lost outcome or maybe sent, reconcilable      -> look up
@@ -107,6 +108,7 @@ type Decision struct {
 //
 //	look-up failed -> running, maybe sent, lease released, retry (lookup_failed)
 //	found          -> succeeded (reconciled)
+//	not found, another declaration in force -> unknown (declaration_changed)
 //	not found      -> send again, with the same provider key
 //
 // After the call (StepCalled):
@@ -135,6 +137,11 @@ func Decide(s Situation) Decision {
 		switch {
 		case s.Exhausted:
 			return exhausted("exhausted")
+		case mayHaveSent && s.DeclarationChanged && s.Guarantee == effects.GuaranteeReconcilable:
+			// A look-up can still tell: found means the earlier request
+			// acted, and nothing is sent again; not found ends unknown
+			// (below) rather than sending another request under the key.
+			return Decision{Action: ActionLookup}
 		case mayHaveSent && s.DeclarationChanged:
 			// The same provider key with another request: a provider
 			// that dedupes may answer the old request's result, or refuse,
@@ -161,6 +168,8 @@ func Decide(s Situation) Decision {
 			return Decision{State: outbox.StateRunning, Code: codeLookupFailed, Outcome: "lookup_failed", MaybeSent: true, Retry: true}
 		case s.Found:
 			return Decision{State: outbox.StateSucceeded, Outcome: "reconciled"}
+		case s.DeclarationChanged:
+			return Decision{State: outbox.StateUnknown, Code: codeDeclarationChanged, Outcome: "unknown", MaybeSent: true}
 		}
 		return Decision{Action: ActionSend}
 	}

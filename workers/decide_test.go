@@ -42,8 +42,10 @@ func TestDecide(t *testing.T) {
 			maybeSent(finish(outbox.StateUnknown, codeAttemptsExhausted, "exhausted"))},
 		{"StartExhaustedComesBeforeLookup", Situation{Guarantee: recon, Exhausted: true, Lost: true},
 			maybeSent(finish(outbox.StateUnknown, codeAttemptsExhausted, "exhausted"))},
-		{"StartDeclarationChangedAfterMaybeSentIsUnknown", Situation{Guarantee: recon, MaybeSent: true, DeclarationChanged: true},
+		{"StartDeclarationChangedAfterMaybeSentIsUnknown", Situation{Guarantee: dedup, MaybeSent: true, DeclarationChanged: true},
 			maybeSent(finish(outbox.StateUnknown, codeDeclarationChanged, "unknown"))},
+		{"StartDeclarationChangedReconcilableLooksUpFirst", Situation{Guarantee: recon, MaybeSent: true, DeclarationChanged: true},
+			Decision{Action: ActionLookup}},
 		{"StartDeclarationChangedNeverSentSends", Situation{Guarantee: dedup, DeclarationChanged: true}, send},
 		{"StartLostAtMostOnceIsUnknown", Situation{Guarantee: amo, Lost: true, MaybeSent: true},
 			maybeSent(finish(outbox.StateUnknown, codeOutcomeLost, "unknown"))},
@@ -62,6 +64,10 @@ func TestDecide(t *testing.T) {
 		{"LookupFoundSucceeds", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true, Found: true},
 			finish(outbox.StateSucceeded, "", "reconciled")},
 		{"LookupNotFoundSendsAgain", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true}, send},
+		{"LookupFoundUnderAnotherDeclarationSucceeds", Situation{Step: StepLookedUp, Guarantee: recon, MaybeSent: true, DeclarationChanged: true, Found: true},
+			finish(outbox.StateSucceeded, "", "reconciled")},
+		{"LookupNotFoundUnderAnotherDeclarationIsUnknown", Situation{Step: StepLookedUp, Guarantee: recon, MaybeSent: true, DeclarationChanged: true},
+			maybeSent(finish(outbox.StateUnknown, codeDeclarationChanged, "unknown"))},
 
 		// After the call.
 		{"CalledSuccessSucceeds", Situation{Step: StepCalled, Guarantee: amo},

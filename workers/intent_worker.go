@@ -492,6 +492,9 @@ func declarationOf(registry *effects.Registry, effect string) string {
 
 // mayDedupe reports whether e is, or for some arguments can be, deduplicated.
 func mayDedupe(e effects.Effect) bool {
+	if effects.AlwaysClaims(e) {
+		return false
+	}
 	if _, ok := e.(effects.ArgsGuaranteer); ok {
 		return true
 	}
