@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sethvargo/go-envconfig"
 
+	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/effects/webhook"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
@@ -98,6 +99,10 @@ type Config struct {
 	// "Declaring an HTTP effect"), loaded by serve, mcp, enqueue and demo.
 	// Defaults to none.
 	EffectsFile string `env:"OUTBOX_EFFECTS_FILE" expect:"a readable YAML or JSON file of declared effects" help:"declared HTTP effects (docs/effects.md); outboxd effects check FILE validates one"`
+
+	// EffectsLock is the MCP upstreams' pinned catalogue, written by
+	// outboxd effects pin. Defaults to EffectsFile + ".lock".
+	EffectsLock string `env:"OUTBOX_EFFECTS_LOCK" expect:"a path for the upstreams' lock file" help:"the MCP upstreams' pinned catalogue (default: the effects file's path plus .lock), written by outboxd effects pin"`
 
 	// HeartbeatInterval is how often serve writes its heartbeat and takes
 	// over the running jobs of processes that died: a process is dead once
@@ -231,6 +236,11 @@ type Config struct {
 	// lookuper is where the configuration was read from: declared effects
 	// read their {env.*} variables from it too.
 	lookuper envconfig.Lookuper
+
+	// upstreams are the MCP upstreams of EffectsFile bound to their lock,
+	// once a registry was built: their pass-through tools, connections and
+	// drift watch.
+	upstreams *declared.Catalog
 
 	// loopbackEffects sends declared effects only to loopback hosts, as the
 	// sandbox does: the demo sets it.

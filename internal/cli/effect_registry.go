@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -252,14 +254,27 @@ func buildRegistry(cfg *Config, pool *pgxpool.Pool, logger *slog.Logger, s *prov
 			enabled = append(enabled, effect)
 		}
 	}
-	declaredEffects, err := loadDeclared(cfg, cfg.EffectsFile, false, func(effect string) {
+	file, err := loadDeclaredFile(cfg, cfg.EffectsFile, false, func(effect string) {
 		declaredRuleErrors.WithLabelValues(effect).Inc()
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range declaredEffects {
-		enabled = append(enabled, e)
+	if file != nil {
+		for _, e := range file.Effects {
+			enabled = append(enabled, e)
+		}
+		catalog, err := bindUpstreams(cfg, file, logger)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range catalog.Recorded {
+			enabled = append(enabled, t)
+		}
+		if cfg.upstreams != nil {
+			cfg.upstreams.Close()
+		}
+		cfg.upstreams = catalog
 	}
 	registry, err := effects.NewRegistry(enabled...)
 	if err != nil {
@@ -311,6 +326,93 @@ func builtinNames() (effectNames, toolNames []string) {
 		toolNames = append(toolNames, t.Name)
 	}
 	return effectNames, append(toolNames, mcpserver.ReadToolNames()...)
+}
+
+// upstreamCalls is outbox_upstream_calls_total, and upstreamDrift
+// outbox_upstream_drift_total: one for the process, which serve registers
+// on its /metrics.
+var (
+	upstreamCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_upstream_calls_total",
+		Help: "Calls of MCP upstream tools (OUTBOX_EFFECTS_FILE upstreams), recorded and pass-through, by outcome.",
+	}, []string{"upstream", "tool", "outcome"})
+	upstreamDrift = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_upstream_drift_total",
+		Help: "MCP upstream tools found to differ from their pin (or missing), and so withdrawn until pinned again.",
+	}, []string{"upstream", "tool"})
+)
+
+// effectsLockPath is the upstreams' lock: OUTBOX_EFFECTS_LOCK, or the
+// effects file's path plus .lock.
+func effectsLockPath(cfg *Config, file string) string {
+	if cfg.EffectsLock != "" {
+		return cfg.EffectsLock
+	}
+	return declared.LockPath(file)
+}
+
+// bindUpstreams binds the file's MCP upstreams to their lock. A file with
+// upstreams and no (matching) lock refuses start, naming the command.
+func bindUpstreams(cfg *Config, file *declared.File, logger *slog.Logger) (*declared.Catalog, error) {
+	if len(file.Upstreams) == 0 {
+		return &declared.Catalog{}, nil
+	}
+	lockPath := effectsLockPath(cfg, cfg.EffectsFile)
+	lock, err := declared.ReadLock(lockPath)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	catalog, err := declared.Bind(file, lock, &declared.BindConfig{
+		EffectsPath:      cfg.EffectsFile,
+		LockPath:         lockPath,
+		Logger:           logger.With(slog.String("component", "upstreams")),
+		ObserveCallFunc:  func(u, t, o string) { upstreamCalls.WithLabelValues(u, t, o).Inc() },
+		ObserveDriftFunc: func(u, t string) { upstreamDrift.WithLabelValues(u, t).Inc() },
+		Version:          version(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range catalog.Warnings {
+		logger.Warn("MCP upstream tool not mirrored", slog.String("warning", w))
+	}
+	return catalog, nil
+}
+
+// passthroughTools are the upstreams' pass-through tools, for the MCP
+// servers.
+func passthroughTools(cfg *Config) []mcpserver.PassthroughTool {
+	if cfg.upstreams == nil {
+		return nil
+	}
+	out := make([]mcpserver.PassthroughTool, 0, len(cfg.upstreams.Passthrough))
+	for _, p := range cfg.upstreams.Passthrough {
+		out = append(out, p)
+	}
+	return out
+}
+
+// loadDeclaredFile loads the declared effects and upstreams of file (nil
+// when file is empty), with loadDeclared's rules.
+func loadDeclaredFile(cfg *Config, file string, noEnv bool, onRuleError func(string)) (*declared.File, error) {
+	if file == "" {
+		return nil, nil
+	}
+	reserved, reservedTools := builtinNames()
+	lookupEnv := func(name string) (string, bool) { return os.LookupEnv(name) }
+	if cfg.lookuper != nil {
+		lookupEnv = cfg.lookuper.Lookup
+	}
+	return declared.LoadFile(file, &declared.Config{
+		EffectTimeout: cfg.EffectTimeout,
+		LookupEnv:     lookupEnv,
+		LoopbackOnly:  cfg.Sandbox || cfg.loopbackEffects,
+		NoEnv:         noEnv,
+		OnRuleError:   onRuleError,
+		Reserved:      reserved,
+		ReservedTools: reservedTools,
+		Retention:     cfg.Retention,
+	})
 }
 
 // loadDeclared loads the declared effects of file (none when file is

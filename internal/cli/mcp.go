@@ -70,6 +70,13 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Pass-through calls reach the upstreams from here; recorded ones
+	// only from serve's workers.
+	defer func() {
+		if cfg.upstreams != nil {
+			cfg.upstreams.Close()
+		}
+	}()
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Logger: logger, Schema: cfg.Schema})
 	if err != nil {
 		return err
@@ -79,6 +86,7 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 		Logger:        logger,
 		ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
 		Namespace:     cfg.Namespace,
+		Passthrough:   passthroughTools(cfg),
 		Version:       version(),
 	})
 	if err != nil {

@@ -97,6 +97,12 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopEffects() // after the dispatcher stopped: its attempts may be calling them
+	if cfg.upstreams != nil {
+		// Children and sessions end after the dispatcher stopped, its
+		// attempts finished (deferred calls run last in, first out).
+		defer cfg.upstreams.Close()
+		cfg.upstreams.Start(ctx)
+	}
 	if len(registry.Names()) == 0 {
 		return errors.New("no effect is enabled: configure a provider or set OUTBOX_SANDBOX=true")
 	}
@@ -147,7 +153,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
 		APITokens:                 cfg.Tokens(),
-		Collectors:                []prometheus.Collector{declaredRuleErrors},
+		Collectors:                []prometheus.Collector{declaredRuleErrors, upstreamCalls, upstreamDrift},
 		ApprovalRules:             cfg.ApprovalRules(),
 		ApprovalTTL:               cfg.ApprovalTTL,
 		ApprovalWebhook:           cfg.ApprovalWebhook,
@@ -162,6 +168,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		Logger:                    logger,
 		MaxAttempts:               cfg.MaxAttempts,
 		MaxWaits:                  cfg.MaxWaits,
+		MCPPassthrough:            passthroughTools(cfg),
 		RateLimit:                 cfg.RateLimitValue(),
 		ModelKeyGuard:             keyguard.Mode(cfg.ModelKeyGuard),
 		ReconcileInterval:         cfg.ReconcileInterval,

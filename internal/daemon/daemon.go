@@ -31,6 +31,7 @@ import (
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -85,6 +86,10 @@ type Config struct {
 	// EffectTimeout is one attempt's deadline. Defaults to the dispatcher's
 	// default.
 	EffectTimeout time.Duration
+
+	// MCPPassthrough are the MCP upstreams' pass-through tools, listed on
+	// /mcp. Defaults to none.
+	MCPPassthrough []mcpserver.PassthroughTool
 
 	// Effects are the enabled effects. Required.
 	Effects *effects.Registry
@@ -255,6 +260,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		TracerProvider:        c.TracerProvider,
 		Version:               c.Version,
 		MaxWaits:              c.MaxWaits,
+		MCPPassthrough:        c.MCPPassthrough,
 	})
 	if err != nil {
 		return nil, err

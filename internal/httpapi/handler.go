@@ -49,6 +49,10 @@ type Config struct {
 	// tokens, keys, arguments or bodies. Defaults to a logger that discards.
 	Logger *slog.Logger
 
+	// MCPPassthrough are MCP upstream tools /mcp forwards live. Defaults
+	// to none.
+	MCPPassthrough []mcpserver.PassthroughTool
+
 	// MCPTools are /mcp's mutating tools. Defaults to
 	// mcpserver.ToolsFor(the client's effects).
 	MCPTools []*mcpserver.EffectTool
@@ -206,6 +210,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 			Logger:                h.logger,
 			ModelKeyGuard:         config.ModelKeyGuard,
 			Namespace:             namespace,
+			Passthrough:           config.MCPPassthrough,
 			PossibleDuplicateFunc: config.PossibleDuplicateFunc,
 			RateLimitFunc:         h.limits.take,
 			Tools:                 config.MCPTools,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -30,8 +31,26 @@ type EffectTool struct {
 	// Name is the tool's name. Required.
 	Name string
 
+	// RawInputSchema, when set, replaces InputSchema: a recorded MCP
+	// upstream tool's schema, listed as it is (it may be draft-07) and
+	// validated by the effect. Defaults to none.
+	RawInputSchema json.RawMessage
+
 	// Title is a short human-readable name. Defaults to none.
 	Title string
+
+	// Upstream names the MCP upstream of a recorded upstream tool, whose
+	// answers carry the upstream's stored result. Defaults to none.
+	Upstream string
+
+	// Namespaces, when set, are the only namespaces the tool is listed
+	// in. Defaults to all.
+	Namespaces []string
+
+	// Wait is how long a call waits for its intent's end before it
+	// answers (a recorded upstream tool's wait). Defaults to zero: the
+	// answer comes at once.
+	Wait time.Duration
 
 	// ValidateFunc, when set, checks a call's arguments (without
 	// idempotency_key and new_action) after the schema did, for rules a
@@ -57,6 +76,22 @@ func ToolsFor(registry *effects.Registry) ([]*EffectTool, error) {
 	tools := EffectTools()
 	for _, name := range registry.Names() {
 		e, _ := registry.Get(name)
+		if u, ok := e.(upstreamEffect); ok {
+			raw, err := mirroredInputSchema(u.ArgsSchema())
+			if err != nil {
+				return nil, fmt.Errorf("mcpserver: tool %s: %w", u.Tool(), err)
+			}
+			tools = append(tools, &EffectTool{
+				Name:           u.Tool(),
+				Effect:         name,
+				Description:    u.Description() + "\n\nThe call is recorded as an intent and made once by a worker, however often it is repeated; the answer waits for it briefly, else comes in state \"pending\" (call get_intent with wait_seconds to learn the outcome)." + keyAdvice,
+				RawInputSchema: raw,
+				Upstream:       u.UpstreamName(),
+				Wait:           u.Wait(),
+				Namespaces:     u.Namespaces(),
+			})
+			continue
+		}
 		d, ok := e.(describedEffect)
 		if !ok {
 			continue

@@ -71,8 +71,10 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 				return s.errorResult(ctx, tool.Name, renameField(err, keyArgument)), nil
 			}
 		}
-		if err := validateSchema(schema, call.arguments); err != nil {
-			return s.errorResult(ctx, tool.Name, err), nil
+		if schema != nil {
+			if err := validateSchema(schema, call.arguments); err != nil {
+				return s.errorResult(ctx, tool.Name, err), nil
+			}
 		}
 		if tool.ValidateFunc != nil {
 			var args map[string]any
@@ -105,8 +107,16 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 		s.logger.DebugContext(ctx, "mcp tool call recorded",
 			"tool", tool.Name, "intent_id", res.Intent.ID, "duplicate", res.Duplicate,
 			"key_source", string(res.Intent.KeySource), "state", string(res.Intent.State))
-		return jsonResult(enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf,
-			NextStep: nextStep(res.Intent)})
+		answer := enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf,
+			NextStep: nextStep(res.Intent)}
+		if tool.Upstream != "" {
+			// Duplicates wait too: every answer is built from what is
+			// stored, so each caller gets what the first one got.
+			answer.Intent = s.awaitUpstream(ctx, tool, res.Intent)
+			answer.NextStep = nextStep(answer.Intent)
+			return upstreamResult(answer)
+		}
+		return jsonResult(answer)
 	}
 }
 

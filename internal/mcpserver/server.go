@@ -73,6 +73,10 @@ type Config struct {
 	// outbox.NamespaceDefault.
 	Namespace string
 
+	// Passthrough are MCP upstream tools forwarded live (read-only ones),
+	// listed in the namespaces they name. Defaults to none.
+	Passthrough []PassthroughTool
+
 	// PossibleDuplicateFunc, when set, is called with the tool and the
 	// outcome (refused, replayed, confirmed) of each possible duplicate the
 	// guard met, for outbox_possible_duplicates_total. Defaults to nil.
@@ -206,21 +210,36 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		if names[t.Name] || t.Name == toolGetIntent || t.Name == toolListIntents {
 			return nil, fmt.Errorf("mcpserver: tool %q defined twice", t.Name)
 		}
-		names[t.Name] = true
-		schema, err := t.inputSchema()
-		if err != nil {
-			return nil, err
+		if !visibleIn(t.Namespaces, s.namespace) {
+			continue
 		}
-		resolved, err := schema.Resolve(nil)
-		if err != nil {
-			return nil, fmt.Errorf("mcpserver: tool %q: invalid input schema: %w", t.Name, err)
+		names[t.Name] = true
+		var inputSchema any
+		var resolved *jsonschema.Resolved
+		outputSchema := enqueueOutputSchema()
+		if t.RawInputSchema != nil {
+			// A mirrored upstream schema: the effect validates it, by its
+			// own $schema, when the call is enqueued.
+			inputSchema = t.RawInputSchema
+		} else {
+			schema, err := t.inputSchema()
+			if err != nil {
+				return nil, err
+			}
+			if resolved, err = schema.Resolve(nil); err != nil {
+				return nil, fmt.Errorf("mcpserver: tool %q: invalid input schema: %w", t.Name, err)
+			}
+			inputSchema = schema
+		}
+		if t.Upstream != "" {
+			outputSchema = upstreamOutputSchema()
 		}
 		srv.AddTool(&mcp.Tool{
 			Name:         t.Name,
 			Title:        t.Title,
 			Description:  t.Description,
-			InputSchema:  schema,
-			OutputSchema: enqueueOutputSchema(),
+			InputSchema:  inputSchema,
+			OutputSchema: outputSchema,
 			Annotations: &mcp.ToolAnnotations{
 				// A mutating tool acts on the world, and repeating a call with
 				// the same key has no further effect: the answer is the
@@ -233,6 +252,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		}, s.effectToolHandler(t, resolved))
 	}
 	if err := s.addReadTools(srv); err != nil {
+		return nil, err
+	}
+	if err := s.addPassthroughTools(srv, config.Passthrough, names); err != nil {
 		return nil, err
 	}
 	listed := ReadToolNames()

@@ -1,0 +1,242 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/outbox"
+)
+
+// PassthroughTool is a tool of an MCP upstream forwarded live: read-only by
+// the file's declaration or the upstream's hint, never recorded
+// (effects/declared, PassthroughTool).
+type PassthroughTool interface {
+	Name() string
+	UpstreamName() string
+	Description() string
+	InputSchema() json.RawMessage
+	Annotations() *mcp.ToolAnnotations
+	Namespaces() []string
+	Withdrawn() string
+	Call(ctx context.Context, args json.RawMessage) (*mcp.CallToolResult, error)
+}
+
+// upstreamEffect is a recorded tool of an MCP upstream: an effect whose
+// call waits for the intent's end and answers with the upstream's stored
+// result (effects/declared, UpstreamTool).
+type upstreamEffect interface {
+	describedEffect
+	UpstreamName() string
+	UpstreamTool() string
+	Wait() time.Duration
+	Namespaces() []string
+	Withdrawn() string
+}
+
+// visibleIn reports whether a tool limited to namespaces is listed for
+// namespace.
+func visibleIn(namespaces []string, namespace string) bool {
+	return len(namespaces) == 0 || slices.Contains(namespaces, namespace)
+}
+
+// mirroredInputSchema is a recorded upstream tool's schema as listed: the
+// upstream's (already without key_arg) plus the built-in tools'
+// idempotency_key, new_action and require_approval. It stays raw JSON: an
+// upstream's schema may be draft-07, which the effect validates by its own
+// $schema.
+func mirroredInputSchema(raw json.RawMessage) (json.RawMessage, error) {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, errors.New("input schema is not a JSON object")
+	}
+	props, _ := m["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	props = maps(props)
+	for name, s := range map[string]*jsonschema.Schema{
+		keyArgument: idempotencyKeyProperty, newActionArgument: newActionProperty, requireApprovalArgument: requireApprovalProperty,
+	} {
+		if _, ok := props[name]; ok {
+			return nil, fmt.Errorf("the upstream's schema already has %s", name)
+		}
+		b, _ := json.Marshal(s)
+		var v any
+		_ = json.Unmarshal(b, &v)
+		props[name] = v
+	}
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	out["properties"] = props
+	out["type"] = "object"
+	return json.Marshal(out)
+}
+
+func maps(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m)+3)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// upstreamOutputSchema is a recorded upstream tool's output: the built-in
+// tools' intent answer, plus upstream, never the upstream's own output
+// schema (the answer is outbox's, whether or not the call has run).
+func upstreamOutputSchema() *jsonschema.Schema {
+	s := enqueueOutputSchema()
+	s.Properties["upstream"] = &jsonschema.Schema{
+		Types:       []string{"object", "null"},
+		Description: "The upstream's stored answer ({content, structuredContent}) once the intent succeeded, else null.",
+	}
+	return s
+}
+
+// upstreamAnswer is a recorded upstream tool's structuredContent.
+type upstreamAnswer struct {
+	enqueueAnswer
+	Upstream *storedUpstream `json:"upstream"`
+}
+
+// storedUpstream is the upstream's answer as the intent's result keeps it.
+type storedUpstream struct {
+	Content           []json.RawMessage `json:"content"`
+	StructuredContent json.RawMessage   `json:"structuredContent,omitempty"`
+	Truncated         bool              `json:"truncated,omitempty"`
+	Reconciled        bool              `json:"reconciled,omitempty"`
+}
+
+// unknownAdvice ends an unknown answer's first line.
+const unknownAdvice = "do not retry: an operator decides"
+
+// upstreamResult builds a recorded upstream tool's answer from what is
+// stored, so a duplicate gets exactly what the first caller got: on
+// succeeded the upstream's stored blocks and one JSON block of the answer;
+// otherwise the answer's blocks, with isError for failed, unknown and
+// cancelled.
+func upstreamResult(a enqueueAnswer) (*mcp.CallToolResult, error) {
+	ans := upstreamAnswer{enqueueAnswer: a}
+	var blocks []mcp.Content
+	if a.Intent.State == outbox.StateSucceeded && len(a.Intent.Result) > 0 {
+		var stored storedUpstream
+		if err := json.Unmarshal(a.Intent.Result, &stored); err == nil {
+			ans.Upstream = &stored
+			for _, raw := range stored.Content {
+				var block struct {
+					Type string `json:"type"`
+					Text string `json:"text"`
+				}
+				_ = json.Unmarshal(raw, &block)
+				if block.Type == "text" {
+					blocks = append(blocks, &mcp.TextContent{Text: block.Text})
+				} else {
+					// Binary blocks are kept as their type, size and hash:
+					// described, not replayed.
+					blocks = append(blocks, &mcp.TextContent{Text: string(raw)})
+				}
+			}
+		}
+	}
+	b, err := json.Marshal(ans)
+	if err != nil {
+		return nil, fmt.Errorf("error encoding tool result: %w", err)
+	}
+	res := &mcp.CallToolResult{StructuredContent: json.RawMessage(b)}
+	switch a.Intent.State {
+	case outbox.StateFailed, outbox.StateCancelled:
+		res.IsError = true
+		res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf("%s: the action did not happen (%s)", a.Intent.State, errorCode(a.Intent))})
+	case outbox.StateUnknown:
+		res.IsError = true
+		res.Content = append(res.Content, &mcp.TextContent{Text: "unknown: the upstream may or may not have acted; " + unknownAdvice})
+	}
+	res.Content = append(res.Content, blocks...)
+	res.Content = append(res.Content, &mcp.TextContent{Text: string(b)})
+	return res, nil
+}
+
+func errorCode(intent *outbox.Intent) string {
+	if intent.Error != nil && intent.Error.Code != "" {
+		return intent.Error.Code
+	}
+	return string(intent.State)
+}
+
+// awaitUpstream waits up to the tool's wait while the intent is pending or
+// running; awaiting_approval and final states answer at once. A client
+// that goes away ends the wait, never the intent.
+func (s *server) awaitUpstream(ctx context.Context, tool *EffectTool, intent *outbox.Intent) *outbox.Intent {
+	if tool.Wait <= 0 || (intent.State != outbox.StatePending && intent.State != outbox.StateRunning) {
+		return intent
+	}
+	got, err := s.readIntent(ctx, intent.Key, tool.Wait)
+	if err != nil || got == nil {
+		return intent
+	}
+	return got
+}
+
+// addPassthroughTools lists the pass-through tools visible in the
+// server's namespace.
+func (s *server) addPassthroughTools(srv *mcp.Server, tools []PassthroughTool, names map[string]bool) error {
+	for _, p := range tools {
+		if !visibleIn(p.Namespaces(), s.namespace) {
+			continue
+		}
+		if names[p.Name()] || p.Name() == toolGetIntent || p.Name() == toolListIntents {
+			return fmt.Errorf("mcpserver: tool %q defined twice", p.Name())
+		}
+		names[p.Name()] = true
+		srv.AddTool(&mcp.Tool{
+			Name:        p.Name(),
+			Description: p.Description(),
+			InputSchema: p.InputSchema(),
+			Annotations: p.Annotations(),
+		}, s.passthroughHandler(p))
+	}
+	return nil
+}
+
+// passthroughHandler forwards a call live, by any role that may read:
+// never gated by approvals or rate limits, never stored; logged with its
+// tool and outcome, never its arguments.
+func (s *server) passthroughHandler(p PassthroughTool) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if err := mayRead(req); err != nil {
+			return s.errorResult(ctx, p.Name(), err), nil
+		}
+		res, err := p.Call(ctx, req.Params.Arguments)
+		if err != nil {
+			s.logger.InfoContext(ctx, "mcp pass-through call failed", "tool", p.Name(), "upstream", p.UpstreamName(), "outcome", "error")
+			return s.errorResult(ctx, p.Name(), &outbox.Error{Code: codeUpstreamError, Message: err.Error()}), nil
+		}
+		s.logger.DebugContext(ctx, "mcp pass-through call", "tool", p.Name(), "upstream", p.UpstreamName(), "is_error", res.IsError)
+		return res, nil
+	}
+}
+
+// codeUpstreamError is a pass-through call the upstream did not answer.
+const codeUpstreamError = "upstream_error"
+
+// mayRead refuses a call whose token allows less than reading.
+func mayRead(req *mcp.CallToolRequest) error {
+	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
+		return nil
+	}
+	for _, scope := range req.Extra.TokenInfo.Scopes {
+		if role, err := access.ParseRole(scope); err == nil && role.Allows(access.RoleReader) {
+			return nil
+		}
+	}
+	return &outbox.Error{Code: outbox.CodeForbidden, Field: "Authorization", Message: "this tool requires the role reader or above"}
+}
