@@ -225,7 +225,7 @@ func (l *loader) effect(name string, v any) (*Effect, error) {
 		return l.errorf(path, name, field, format, args...)
 	}
 	if !effects.ValidName(name) {
-		return nil, fail("", "an effect's name must match ^[a-z][a-z0-9_]{0,63}$")
+		return nil, fail("", "an effect's name must be %s (it names the effect's River queue)", effects.NameRule)
 	}
 	if slices.Contains(l.cfg.Reserved, name) {
 		return nil, fail("", "the name of a built-in effect")
