@@ -266,10 +266,27 @@ func (l *loader) effect(name string, v any) (*Effect, error) {
 		return nil, err
 	}
 
+	e.sha256 = declarationSHA256(decl)
+	return e, nil
+}
+
+// agentText are the members of a declaration that only agents read: the
+// declaration's hash leaves them out, so that rewording them does not send
+// an intent that may have been sent to unknown (declaration_changed). Every
+// other member is hashed, a new one included, because a member that
+// shapes the request or its reading and escapes the hash could let an
+// intent be sent twice under different requests.
+var agentText = []string{"description", "tool"}
+
+// declarationSHA256 hashes a resolved declaration (presets applied) less
+// its text for agents.
+func declarationSHA256(decl orderedMap) string {
+	for _, field := range agentText {
+		decl = decl.without(field)
+	}
 	resolved, _ := marshalJSON(decl)
 	sum := sha256.Sum256(resolved)
-	e.sha256 = hex.EncodeToString(sum[:])
-	return e, nil
+	return hex.EncodeToString(sum[:])
 }
 
 // str reads an optional or required string member of a declaration.

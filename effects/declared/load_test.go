@@ -206,3 +206,48 @@ func TestPresetsLoad(t *testing.T) {
 		require.Equal(t, want[p.Name], string(effs[0].Guarantee()), p.Name)
 	}
 }
+
+// The declaration's hash covers what shapes the request and its reading,
+// not the text for agents: rewording a description or renaming the tool
+// keeps an intent that may have been sent going (the worker sends it again
+// only under the same hash), while a change to the request ends it unknown.
+func TestDeclarationSHA256(t *testing.T) {
+	t.Parallel()
+
+	sha := func(t *testing.T, src string) string {
+		t.Helper()
+		effs, err := parse(t, src, nil)
+		require.NoError(t, err)
+		return effs[0].DeclarationSHA256()
+	}
+	base := sha(t, refund)
+	for name, change := range map[string][2]string{
+		"Description": {"description: Refund a payment.", "description: Refund a payment, in part or whole."},
+		"Tool":        {"tool: refund_payment", "tool: stripe_refund"},
+	} {
+		t.Run("Keeps"+name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, base, sha(t, strings.Replace(refund, change[0], change[1], 1)))
+		})
+	}
+	for name, change := range map[string][2]string{
+		"Method":       {"method: POST", "method: PUT"},
+		"URL":          {"/v1/refunds", "/v2/refunds"},
+		"Header":       {"Bearer {env.STRIPE_KEY}", "Basic {env.STRIPE_KEY}"},
+		"Body":         {`amount: "{args.amount}"`, `amount_cents: "{args.amount}"`},
+		"Encoding":     {"encoding: form", "encoding: json"},
+		"Timeout":      {"timeout: 10s", "timeout: 20s"},
+		"Window":       {"dedupe_window: 24h", "dedupe_window: 12h"},
+		"Args":         {"minimum: 1", "minimum: 2"},
+		"Outcome":      {"status == 402", "status == 403"},
+		"Result":       {"id: /id", "id: /refund/id"},
+		"MaxKeyLength": {"    tool: refund_payment\n", "    tool: refund_payment\n    max_key_length: 64\n"},
+	} {
+		t.Run("Changes"+name, func(t *testing.T) {
+			t.Parallel()
+			changed := strings.Replace(refund, change[0], change[1], 1)
+			require.NotEqual(t, refund, changed)
+			require.NotEqual(t, base, sha(t, changed))
+		})
+	}
+}
