@@ -20,6 +20,12 @@ import (
 	"github.com/outbox-dev/outbox/effects/internal/httpsend"
 )
 
+// SecretMinLength is the length from which an {env.*} value is scrubbed
+// from what an effect stores and emits. A shorter value (a flag, a region,
+// a port) cannot be a secret worth the name, and scrubbing every
+// occurrence of its letters would mangle the provider's answers.
+const SecretMinLength = 8
+
 // ProviderKeyLength is the length of every provider key outbox sends: a
 // declared max_key_length below it is refused.
 const ProviderKeyLength = 47
@@ -433,7 +439,8 @@ func (l *loader) effectLookup(e *Effect, decl orderedMap, fail failFunc) error {
 }
 
 // effectEnv reads the {env.*} variables the requests name, keeps their
-// values as secrets to scrub, and checks the bases they resolve to.
+// values of SecretMinLength or more as secrets to scrub, and checks the
+// bases they resolve to.
 func (l *loader) effectEnv(e *Effect, fail failFunc) error {
 	if l.cfg.NoEnv {
 		return nil
@@ -447,7 +454,7 @@ func (l *loader) effectEnv(e *Effect, fail failFunc) error {
 			return fail("", "the environment variable %s is not set (the declaration reads {env.%s})", ph.name, ph.name)
 		}
 		e.env[ph.name] = v
-		if !slices.Contains(e.secrets, v) {
+		if len(v) >= SecretMinLength && !slices.Contains(e.secrets, v) {
 			e.secrets = append(e.secrets, v)
 		}
 	}
