@@ -165,12 +165,19 @@ func (e *ArgError) Error() string {
 	return fmt.Sprintf("invalid args: %s: %s", e.Field, e.Message)
 }
 
-var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+// NameRule says what ValidName accepts, for error messages.
+const NameRule = "a lowercase letter, then lowercase letters and digits in runs joined by single underscores (no trailing underscore), at most 64 characters"
 
-// ValidName reports whether name is a valid effect name: a lowercase
-// letter, then up to 63 lowercase letters, digits and underscores. The
-// registry, the Go library and declared effects all check names with it.
-func ValidName(name string) bool { return nameRE.MatchString(name) }
+// nameRE is a subset of River's queue-name rule (an intent's effect is its
+// River queue): River also takes a leading digit and hyphens, which outbox
+// keeps out so that an effect's name is a snake_case identifier in every
+// language a caller writes.
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$`)
+
+// ValidName reports whether name is a valid effect name (NameRule). The
+// registry, the Go library and declared effects all check names with it,
+// so that every effect they accept can be River's queue.
+func ValidName(name string) bool { return len(name) <= 64 && nameRE.MatchString(name) }
 
 // Registry is the set of enabled effects, by name. It is built once at start
 // and read concurrently after.
@@ -193,8 +200,8 @@ func NewRegistry(effects ...Effect) (*Registry, error) {
 // Register adds an effect. It must not be called once the registry is in use.
 func (r *Registry) Register(e Effect) error {
 	name := e.Name()
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("effect name %q must match %s", name, nameRE)
+	if !ValidName(name) {
+		return fmt.Errorf("effect name %q: must be %s", name, NameRule)
 	}
 	if _, ok := r.byName[name]; ok {
 		return fmt.Errorf("effect %q registered twice", name)

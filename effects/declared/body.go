@@ -114,38 +114,6 @@ func (n *bodyNode) render(rc *renderCtx) (v any, ok bool, err error) {
 	return n.scalar, true, nil
 }
 
-// orderedMap is a JSON object whose members keep the order of the file.
-type orderedMap []orderedKV
-
-type orderedKV struct {
-	key   string
-	value any
-}
-
-// MarshalJSON implements json.Marshaler, keeping the members' order.
-func (m orderedMap) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	buf.WriteByte('{')
-	for i, kv := range m {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		k, err := json.Marshal(kv.key)
-		if err != nil {
-			return nil, err
-		}
-		buf.Write(k)
-		buf.WriteByte(':')
-		v, err := marshalJSON(kv.value)
-		if err != nil {
-			return nil, err
-		}
-		buf.Write(v)
-	}
-	buf.WriteByte('}')
-	return buf.Bytes(), nil
-}
-
 // marshalJSON encodes v without escaping <, > and &: a provider receives
 // the text the agent wrote.
 func marshalJSON(v any) ([]byte, error) {

@@ -111,7 +111,8 @@ func (e *Effect) Tool() string { return e.tool }
 func (e *Effect) ArgsSchema() json.RawMessage { return e.schemaJSON }
 
 // DeclarationSHA256 is the hex sha256 of the effect's resolved declaration
-// (presets applied, secrets not included).
+// (presets applied, secrets not included) less its description and tool
+// name, which agents read and the request does not.
 func (e *Effect) DeclarationSHA256() string { return e.sha256 }
 
 // URLTemplate is the request's URL as declared, which logs and errors show

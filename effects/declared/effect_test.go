@@ -431,3 +431,33 @@ func TestRuleErrorsDoNotMatchAndAreCounted(t *testing.T) {
 	require.JSONEq(t, `{"id": "obj_1"}`, string(res))
 	require.Equal(t, map[string]int{"ping": 1}, counted)
 }
+
+// Only {env.*} values of SecretMinLength or more are scrubbed: a one-letter
+// value would otherwise take every such letter out of the provider's answer.
+func TestScrubsOnlyValuesLongEnoughToBeSecrets(t *testing.T) {
+	t.Parallel()
+
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, "<body> region %s refused token %s", r.Header.Get("X-Region"), r.Header.Get("Authorization"))
+	}))
+	t.Cleanup(provider.Close)
+	src := `effects:
+  ping:
+    description: Ping once.
+    guarantee: at_most_once
+    args: {type: object}
+    request:
+      url: "{env.PING_URL}/ping"
+      headers: {X-Region: "{env.PING_REGION}", Authorization: "{env.PING_TOKEN}"}
+`
+	vars := map[string]string{"PING_URL": provider.URL, "PING_REGION": "y", "PING_TOKEN": "tok_12345678"}
+	effs, err := Parse("effects.yaml", []byte(src), &Config{
+		LookupEnv: func(name string) (string, bool) { v, ok := vars[name]; return v, ok },
+	})
+	require.NoError(t, err)
+	_, err = effs[0].Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{}`), Attempt: 1, IntentID: 1, ProviderKey: "pk_1"})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "<body> region y refused token [redacted]")
+	require.NotContains(t, err.Error(), "tok_12345678")
+}

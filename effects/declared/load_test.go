@@ -158,7 +158,8 @@ func TestParseRefusesBrokenFiles(t *testing.T) {
 		{"ArgsNotObject", replace("      type: object\n      required", "      type: array\n      required"), nil, "effect refund: args.type: the top level must be a plain type: object", 8},
 		{"RemoteRef", replace("amount: {type: integer, minimum: 1}", `amount: {$ref: "https://example.com/amount.json"}`), nil, "effect refund: args: $ref", 8},
 		{"BuiltinName", strings.Replace(refund, "  refund:", "  charge:", 1), nil, "effect charge: the name of a built-in effect", 3},
-		{"BadName", strings.Replace(refund, "  refund:", "  Refund-It:", 1), nil, "effect Refund-It: an effect's name must match", 3},
+		{"BadName", strings.Replace(refund, "  refund:", "  Refund-It:", 1), nil, "effect Refund-It: an effect's name must be a lowercase letter", 3},
+		{"NameRiverRefuses", strings.Replace(refund, "  refund:", "  pay__now_:", 1), nil, "effect pay__now_: an effect's name must be a lowercase letter", 3},
 		{"ToolTaken", replace("tool: refund_payment", "tool: charge_card"), nil, `effect refund: tool: the MCP tool name "charge_card" is taken`, 4},
 		{"TimeoutBeyondLease", replace("timeout: 10s", "timeout: 1m"), nil, "effect refund: request.timeout: at most OUTBOX_EFFECT_TIMEOUT", 24},
 		{"ShortMaxKeyLength", replace("    tool: refund_payment\n", "    tool: refund_payment\n    max_key_length: 40\n"), nil, "effect refund: max_key_length: ", 5},
@@ -203,5 +204,50 @@ func TestPresetsLoad(t *testing.T) {
 		effs, err := Parse("effects.yaml", []byte(src), &Config{LookupEnv: func(string) (string, bool) { return "value", true }})
 		require.NoError(t, err, p.Name)
 		require.Equal(t, want[p.Name], string(effs[0].Guarantee()), p.Name)
+	}
+}
+
+// The declaration's hash covers what shapes the request and its reading,
+// not the text for agents: rewording a description or renaming the tool
+// keeps an intent that may have been sent going (the worker sends it again
+// only under the same hash), while a change to the request ends it unknown.
+func TestDeclarationSHA256(t *testing.T) {
+	t.Parallel()
+
+	sha := func(t *testing.T, src string) string {
+		t.Helper()
+		effs, err := parse(t, src, nil)
+		require.NoError(t, err)
+		return effs[0].DeclarationSHA256()
+	}
+	base := sha(t, refund)
+	for name, change := range map[string][2]string{
+		"Description": {"description: Refund a payment.", "description: Refund a payment, in part or whole."},
+		"Tool":        {"tool: refund_payment", "tool: stripe_refund"},
+	} {
+		t.Run("Keeps"+name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, base, sha(t, strings.Replace(refund, change[0], change[1], 1)))
+		})
+	}
+	for name, change := range map[string][2]string{
+		"Method":       {"method: POST", "method: PUT"},
+		"URL":          {"/v1/refunds", "/v2/refunds"},
+		"Header":       {"Bearer {env.STRIPE_KEY}", "Basic {env.STRIPE_KEY}"},
+		"Body":         {`amount: "{args.amount}"`, `amount_cents: "{args.amount}"`},
+		"Encoding":     {"encoding: form", "encoding: json"},
+		"Timeout":      {"timeout: 10s", "timeout: 20s"},
+		"Window":       {"dedupe_window: 24h", "dedupe_window: 12h"},
+		"Args":         {"minimum: 1", "minimum: 2"},
+		"Outcome":      {"status == 402", "status == 403"},
+		"Result":       {"id: /id", "id: /refund/id"},
+		"MaxKeyLength": {"    tool: refund_payment\n", "    tool: refund_payment\n    max_key_length: 64\n"},
+	} {
+		t.Run("Changes"+name, func(t *testing.T) {
+			t.Parallel()
+			changed := strings.Replace(refund, change[0], change[1], 1)
+			require.NotEqual(t, refund, changed)
+			require.NotEqual(t, base, sha(t, changed))
+		})
 	}
 }

@@ -52,6 +52,14 @@ func TestEffectsCommands(t *testing.T) {
 		require.Contains(t, res.stderr, "broken.yaml:5: effect ping: dedupe_window: required")
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(res.stderr), "\n")+1, "one line: %s", res.stderr)
 	})
+	t.Run("CheckRefusesANameRiverRefuses", func(t *testing.T) {
+		t.Parallel()
+		// serve would refuse it as a River queue: check refuses it first.
+		broken := writeFile(t, "broken.yaml", strings.Replace(declaredFile, "  ping:", "  pay__now_:", 1))
+		res := runEnv(t, env, nil, "effects", "check", broken)
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "broken.yaml:5: effect pay__now_: an effect's name must be a lowercase letter")
+	})
 	t.Run("CheckWithoutEnv", func(t *testing.T) {
 		t.Parallel()
 		res := runEnv(t, map[string]string{}, nil, "effects", "check", file)

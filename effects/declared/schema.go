@@ -1,0 +1,116 @@
+package declared
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// schema checks and compiles the args' schema.
+func (l *loader) schema(e *Effect, m orderedMap, fail failFunc) error {
+	if t, _ := m.get("type"); t != "object" {
+		return fail("args.type", "the top level must be a plain type: object")
+	}
+	for _, kw := range []string{"oneOf", "anyOf", "allOf", "not", "if", "then", "else"} {
+		if _, ok := m.get(kw); ok {
+			return fail("args."+kw, "not at the top level: hosts such as Anthropic's API refuse a tool whose input schema has a combinator there, and then every tool of the server fails")
+		}
+	}
+	if s, ok := m.get("$schema"); ok && s != "https://json-schema.org/draft/2020-12/schema" {
+		return fail("args.$schema", "only JSON Schema 2020-12 (https://json-schema.org/draft/2020-12/schema)")
+	}
+	if ref := remoteRef(m); ref != "" {
+		return fail("args", "$ref %q: only local references (#/$defs/...) are allowed", ref)
+	}
+	doc := plain(m)
+	raw, err := marshalJSON(doc)
+	if err != nil {
+		return fail("args", "not representable as JSON: %v", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	c.UseLoader(noLoader{})
+	parsed, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return fail("args", "%v", err)
+	}
+	if err := c.AddResource("args.json", parsed); err != nil {
+		return fail("args", "%v", err)
+	}
+	sch, err := c.Compile("args.json")
+	if err != nil {
+		return fail("args", "not a valid JSON Schema 2020-12: %s", firstLine(err.Error()))
+	}
+	e.schema, e.schemaJSON = sch, raw
+	return nil
+}
+
+// noLoader refuses every remote schema.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("remote schema %s refused", url)
+}
+
+// remoteRef returns the first $ref that is not local, or "".
+func remoteRef(v any) string {
+	switch v := v.(type) {
+	case orderedMap:
+		for _, kv := range v {
+			if kv.key == "$ref" || kv.key == "$dynamicRef" {
+				if s, ok := kv.value.(string); ok && !strings.HasPrefix(s, "#") {
+					return s
+				}
+			}
+			if r := remoteRef(kv.value); r != "" {
+				return r
+			}
+		}
+	case []any:
+		for _, item := range v {
+			if r := remoteRef(item); r != "" {
+				return r
+			}
+		}
+	}
+	return ""
+}
+
+// schemaHas reports whether path names a property of the schema: through
+// properties for objects and items (or prefixItems) for arrays.
+func schemaHas(schemaJSON json.RawMessage, path []string) bool {
+	var node any
+	if json.Unmarshal(schemaJSON, &node) != nil {
+		return false
+	}
+	root := node
+	for _, seg := range path {
+		m, ok := node.(map[string]any)
+		if !ok {
+			return false
+		}
+		if ref, ok := m["$ref"].(string); ok && strings.HasPrefix(ref, "#/") {
+			if target, ok := resolvePointer(root, ref[1:]); ok {
+				m, _ = target.(map[string]any)
+			}
+		}
+		if props, ok := m["properties"].(map[string]any); ok {
+			if next, ok := props[seg]; ok {
+				node = next
+				continue
+			}
+		}
+		if items, ok := m["items"].(map[string]any); ok {
+			if _, err := fmt.Sscanf(seg, "%d", new(int)); err == nil {
+				node = items
+				continue
+			}
+		}
+		return false
+	}
+	return true
+}

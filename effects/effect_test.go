@@ -1,0 +1,56 @@
+package effects_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/effects"
+)
+
+// An effect's name is its River queue: every name ValidName accepts must
+// be one River accepts, or serve refuses to start after effects check
+// passed.
+func TestValidName(t *testing.T) {
+	t.Parallel()
+
+	valid := []string{"a", "charge", "pay_now", "send_email_v2", "x1_2_3", strings.Repeat("a", 64)}
+	invalid := []string{
+		"", "pay__now", "pay_now_", "_pay", "Pay", "2fa", "pay-now", "pay.now", "pay now",
+		"pay|now", strings.Repeat("a", 65),
+	}
+	for _, name := range valid {
+		require.True(t, effects.ValidName(name), name)
+		require.NoError(t, riverQueueName(name), name)
+	}
+	for _, name := range invalid {
+		require.False(t, effects.ValidName(name), name)
+	}
+	// River refuses these too: a name is never accepted here and refused
+	// there.
+	for _, name := range []string{"pay__now_", "pay_now_", "pay__now"} {
+		require.ErrorContains(t, riverQueueName(name), "queue name is invalid", name)
+	}
+}
+
+// riverQueueName checks name as River's client does a queue's.
+func riverQueueName(name string) error {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[noopArgs]) error { return nil }))
+	_, err := river.NewClient(riverpgxv5.New(nil), &river.Config{
+		Queues:  map[string]river.QueueConfig{name: {MaxWorkers: 1}},
+		Workers: workers,
+	})
+	if err != nil && strings.Contains(err.Error(), "database pool") {
+		return nil // the queues passed; the missing pool is checked after them
+	}
+	return err
+}
+
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "noop" }
