@@ -183,6 +183,12 @@ func (u *Upstream) Workers() int { return u.processes * u.maxInFlight }
 // start.
 func (u *Upstream) DeclarationSHA256() string { return u.sha256 }
 
+// HasOutcomeRules reports whether the upstream tool name has outcome rules.
+func (u *Upstream) HasOutcomeRules(name string) bool {
+	d := u.toolDecl(name)
+	return d != nil && len(d.rules) > 0
+}
+
 // toolDecl returns the declaration of the upstream tool name, or nil.
 func (u *Upstream) toolDecl(name string) *ToolDecl {
 	for _, t := range u.tools {
@@ -499,11 +505,6 @@ func (l *loader) resolveUpstreamEnv(u *Upstream, fail func(string, string, ...an
 	slices.SortFunc(u.secrets, func(a, b string) int { return len(b) - len(a) })
 	return nil
 }
-
-// SecretMinLength is the shortest {env.*} value scrubbed as a secret: a
-// shorter one (a flag, a region, a port) would mangle the text around
-// every occurrence of its letters, and is no secret worth the name.
-const SecretMinLength = 8
 
 // hash computes the upstream's declaration hashes (RFC 8785 JSON).
 func (u *Upstream) hash(decl orderedMap) error {

@@ -3,9 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
@@ -15,8 +20,8 @@ import (
 var (
 	cmdEffects = &command{
 		name: "effects",
-		args: "check|list",
-		doc:  `Checks a file of declared HTTP effects, or lists the effects a configuration enables.`,
+		args: "check|list|pin",
+		doc:  `Checks a file of declared HTTP effects and MCP upstreams, lists the effects a configuration enables, or pins the upstreams' tools.`,
 	}
 	cmdEffectsCheck = &command{
 		name: "effects check",
@@ -27,6 +32,19 @@ schema. Secrets are never printed: URLs and headers are shown as declared,
 {env.NAME} and all. With --no-env the {env.*} variables are not read (and a
 base URL taken from one is not checked). Exits 0 when the file is valid, 1
 with one line naming the file, line, effect and field otherwise.`,
+	}
+	cmdEffectsPin = &command{
+		name: "effects pin",
+		args: "[FILE]",
+		doc: `Connects to every MCP upstream of the effects file (FILE, else
+OUTBOX_EFFECTS_FILE), lists its tools, and writes the lock
+(OUTBOX_EFFECTS_LOCK, default FILE.lock): per tool its upstream name,
+description, input schema, annotations and classification (recorded under
+which guarantee, or pass-through). Prints the same as a table, and warns
+about every at_most_once tool without outcome rules. The only command that
+needs the upstreams; serve, mcp and enqueue read the lock. Exits 1, writing
+nothing, when a tool cannot be mirrored (a name taken, a schema outbox
+cannot take) or a declaration does not fit the upstream's schema.`,
 	}
 	cmdEffectsList = &command{
 		name: "effects list",
@@ -41,6 +59,7 @@ func (a *app) effects(ctx context.Context, args []string) error {
 	return a.subcommand(ctx, cmdEffects, args, map[string]func(context.Context, []string) error{
 		"check": a.effectsCheck,
 		"list":  a.effectsList,
+		"pin":   a.effectsPin,
 	})
 }
 
@@ -56,9 +75,9 @@ type effectCheck struct {
 }
 
 func (a *app) effectsCheck(ctx context.Context, args []string) error {
-	fs := newFlagSet(cmdEffectsCheck)
-	noEnv := fs.Bool("no-env", false, "do not read the {env.*} variables")
-	positional, err := a.parse(cmdEffectsCheck, fs, args, 1, 1)
+	fset := newFlagSet(cmdEffectsCheck)
+	noEnv := fset.Bool("no-env", false, "do not read the {env.*} variables")
+	positional, err := a.parse(cmdEffectsCheck, fset, args, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -66,10 +85,11 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	effs, err := loadDeclared(cfg, positional[0], *noEnv, nil)
+	file, err := loadDeclaredFile(cfg, positional[0], *noEnv, nil)
 	if err != nil {
 		return err
 	}
+	effs := file.Effects
 	for _, e := range effs {
 		out := effectCheck{Name: e.Name(), Guarantee: string(e.Guarantee()), Tool: e.Tool(), URL: e.URLTemplate(),
 			Declaration: e.DeclarationSHA256(), ArgsSchema: e.ArgsSchema()}
@@ -82,7 +102,154 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(a.stdout, "%s\n", b)
 	}
-	fmt.Fprintf(a.stdout, "%s: %d effects, valid\n", positional[0], len(effs))
+	if len(file.Upstreams) == 0 {
+		fmt.Fprintf(a.stdout, "%s: %d effects, valid\n", positional[0], len(effs))
+		return nil
+	}
+	// Against the lock, when there is one: markers, key_arg and look-ups
+	// against the pinned schemas.
+	lockPath := effectsLockPath(cfg, positional[0])
+	lock, err := declared.ReadLock(lockPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		fmt.Fprintf(a.stdout, "%s: %d effects, %d upstreams, valid offline (no lock %s: outboxd effects pin writes it)\n", positional[0], len(effs), len(file.Upstreams), lockPath)
+		return nil
+	case err != nil:
+		return err
+	}
+	if _, problems := repin(file, lock); len(problems) > 0 {
+		return fmt.Errorf("%s against %s:\n  %s", positional[0], lockPath, strings.Join(problems, "\n  "))
+	}
+	catalog, err := declared.Bind(file, lock, &declared.BindConfig{EffectsPath: positional[0], LockPath: lockPath})
+	if err != nil {
+		return err
+	}
+	defer catalog.Close()
+	for _, t := range catalog.Recorded {
+		b, err := json.MarshalIndent(effectCheck{Name: t.Name(), Guarantee: string(t.Guarantee()), Tool: t.Tool(),
+			URL: "mcp: " + t.UpstreamName() + "/" + t.UpstreamTool(), Declaration: t.DeclarationSHA256(), ArgsSchema: t.ArgsSchema()}, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s\n", b)
+	}
+	fmt.Fprintf(a.stdout, "%s: %d effects, %d upstreams (%d recorded tools, %d pass-through), valid against %s\n",
+		positional[0], len(effs), len(file.Upstreams), len(catalog.Recorded), len(catalog.Passthrough), lockPath)
+	return nil
+}
+
+// repin classifies a lock's listings again under the file's declarations,
+// as pin would: the problems a declaration has with the pinned schemas.
+func repin(file *declared.File, lock *declared.Lock) (*declared.Lock, []string) {
+	taken := reservedTaken()
+	for _, e := range file.Effects {
+		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
+	}
+	out := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{}}
+	var problems []string
+	for _, u := range file.Upstreams {
+		lu := lock.Upstreams[u.Name()]
+		if lu == nil {
+			problems = append(problems, fmt.Sprintf("upstream %s: not in the lock: run outboxd effects pin", u.Name()))
+			continue
+		}
+		var listed []*mcp.Tool
+		for _, lt := range lu.Tools {
+			listed = append(listed, &mcp.Tool{Name: lt.Name, Description: lt.Description, InputSchema: lt.InputSchema, Annotations: lt.Annotations})
+		}
+		entry, p := u.Pin(lu.Server, listed, &declared.PinOpts{Taken: taken})
+		for _, lt := range entry.Tools {
+			if lt.Mirrored != "" && lt.Class != declared.ClassWithdrawn {
+				taken[lt.Mirrored] = "upstream " + u.Name()
+			}
+		}
+		out.Upstreams[u.Name()] = entry
+		problems = append(problems, p...)
+	}
+	return out, problems
+}
+
+// reservedTaken are the names no mirrored tool may take: the built-in
+// effects, their tools and outbox's read tools.
+func reservedTaken() map[string]string {
+	names, tools := builtinNames()
+	taken := map[string]string{}
+	for _, n := range names {
+		taken[n] = "the built-in effect " + n
+	}
+	for _, t := range tools {
+		taken[t] = "outbox's tool " + t
+	}
+	return taken
+}
+
+func (a *app) effectsPin(ctx context.Context, args []string) error {
+	fset := newFlagSet(cmdEffectsPin)
+	positional, err := a.parse(cmdEffectsPin, fset, args, 0, 1)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(ctx, a.lookuper)
+	if err != nil {
+		return err
+	}
+	path := cfg.EffectsFile
+	if len(positional) == 1 {
+		path = positional[0]
+	}
+	if path == "" {
+		return &usageError{cmd: cmdEffectsPin.name, msg: "no effects file: name one, or set OUTBOX_EFFECTS_FILE"}
+	}
+	file, err := loadDeclaredFile(cfg, path, false, nil)
+	if err != nil {
+		return err
+	}
+	if len(file.Upstreams) == 0 {
+		return fmt.Errorf("%s declares no upstreams: nothing to pin", path)
+	}
+	taken := reservedTaken()
+	for _, e := range file.Effects {
+		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
+	}
+	lock := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{}}
+	var problems []string
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UPSTREAM\tTOOL\tMIRRORED\tCLASS\tGUARANTEE")
+	for _, u := range file.Upstreams {
+		conn := declared.NewUpstreamConn(u, &declared.UpstreamConnConfig{Version: version()})
+		server, listed, err := conn.ListTools(ctx)
+		conn.Close()
+		if err != nil {
+			return fmt.Errorf("upstream %s (%s): %w", u.Name(), u.Transport(), err)
+		}
+		entry, p := u.Pin(server, listed, &declared.PinOpts{Taken: taken})
+		problems = append(problems, p...)
+		lock.Upstreams[u.Name()] = entry
+		for _, lt := range entry.Tools {
+			if lt.Class != declared.ClassWithdrawn {
+				taken[lt.Mirrored] = "upstream " + u.Name() + " tool " + lt.Name
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Name(), lt.Name, orDash(lt.Mirrored), lt.Class, orDash(string(lt.Guarantee)))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, u := range file.Upstreams {
+		for _, lt := range lock.Upstreams[u.Name()].Tools {
+			if lt.Class == declared.ClassRecorded && lt.Guarantee == effects.GuaranteeAtMostOnce && !u.HasOutcomeRules(lt.Name) {
+				fmt.Fprintf(a.stderr, "warning: upstream %s tool %s is at_most_once without outcome rules: every isError answer and every lost answer ends unknown for an operator\n", u.Name(), lt.Name)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("nothing pinned:\n  %s", strings.Join(problems, "\n  "))
+	}
+	lockPath := effectsLockPath(cfg, path)
+	if err := declared.WriteLock(lockPath, lock); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "pinned %d upstreams into %s\n", len(file.Upstreams), lockPath)
 	return nil
 }
 
@@ -126,6 +293,9 @@ func (a *app) effectsList(ctx context.Context, args []string) error {
 		if _, ok := e.(*declared.Effect); ok {
 			item.Source = "declared"
 		}
+		if t, ok := e.(*declared.UpstreamTool); ok {
+			item.Source = "upstream " + t.UpstreamName() + " (" + t.UpstreamTool() + ", recorded)"
+		}
 		if _, ok := e.(effects.ArgsGuaranteer); ok {
 			item.Guarantee += " (depends on args)"
 		}
@@ -133,6 +303,12 @@ func (a *app) effectsList(ctx context.Context, args []string) error {
 			item.DedupeWindow = effects.DedupeWindow(e).String()
 		}
 		list = append(list, item)
+	}
+	for _, p := range passthroughTools(cfg) {
+		list = append(list, effectListed{Name: p.Name(), Guarantee: "pass-through", Tool: p.Name(), Source: "upstream " + p.UpstreamName() + " (pass-through)"})
+	}
+	if cfg.upstreams != nil {
+		cfg.upstreams.Close()
 	}
 	if *asJSON {
 		return json.NewEncoder(a.stdout).Encode(map[string]any{"effects": list})
