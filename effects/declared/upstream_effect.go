@@ -580,3 +580,9 @@ func (t *UpstreamTool) LookupRequest(ctx context.Context, req *effects.Request, 
 	raw, err := json.Marshal(out)
 	return raw, err == nil, err
 }
+
+// Lookup implements effects.Reconciler; the worker prefers LookupRequest,
+// which has the intent's arguments.
+func (t *UpstreamTool) Lookup(ctx context.Context, providerKey string) (json.RawMessage, bool, error) {
+	return t.LookupRequest(ctx, &effects.Request{Args: json.RawMessage(`{}`), ProviderKey: providerKey}, time.Time{})
+}

@@ -1,0 +1,271 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/fixture/mcpupstream"
+	"github.com/outbox-dev/outbox/outbox"
+)
+
+var (
+	upstreamBinOnce sync.Once
+	upstreamBin     string
+	upstreamBinErr  error
+)
+
+// mcpupstreamBin builds the test upstream once per run.
+func mcpupstreamBin(t *testing.T) string {
+	t.Helper()
+	upstreamBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mcpupstream-bin-*")
+		if err != nil {
+			upstreamBinErr = err
+			return
+		}
+		upstreamBin, upstreamBinErr = mcpupstream.Build(context.Background(), dir)
+	})
+	require.NoError(t, upstreamBinErr)
+	return upstreamBin
+}
+
+// upstreamsFile puts the test upstream (over stdio) behind outbox with a
+// tool of each guarantee.
+const upstreamsFile = `upstreams:
+  notes:
+    description: The test upstream.
+    command: [%s]
+    env: {MCPUPSTREAM_STATE: "{env.NOTES_STATE}"}
+    wait: 8s
+    timeout: 3s
+    tools:
+      create_note:
+        guarantee: reconcilable
+        marker: {arg: body, append: "\n<!-- outbox:{provider_key} -->"}
+        lookup:
+          tool: list_notes
+          items: result.data.notes
+          match: item.body.contains(provider_key)
+      send_message:
+        guarantee: deduplicated
+        key_arg: idempotencyKey
+        dedupe_window: 1h
+      set_label:
+        guarantee: at_most_once
+        outcome:
+          - when: error != null && error.code == -32602
+            class: permanent
+            code: label_refused
+`
+
+type upstreamEnv struct {
+	*env
+	state string
+	file  string
+}
+
+func newUpstreamEnv(t *testing.T) *upstreamEnv {
+	t.Helper()
+	state := t.TempDir()
+	file := filepath.Join(t.TempDir(), "effects.yaml")
+	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, upstreamsFile, mcpupstreamBin(t)), 0o600))
+	e := newEnv(t, "OUTBOX_EFFECTS_FILE="+file, "NOTES_STATE="+state, "OUTBOX_EFFECT_TIMEOUT=5s")
+	return &upstreamEnv{env: e, state: state, file: file}
+}
+
+// mcpClient connects to serve's /mcp.
+func mcpClient(t *testing.T, p *process) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "upstreams-test", Version: "1"}, nil)
+	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + p.addr + "/mcp"}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// toolAnswer is a recorded tool's structuredContent.
+type toolAnswer struct {
+	outbox.Intent
+	Duplicate bool `json:"duplicate"`
+	Upstream  *struct {
+		Content           []map[string]any `json:"content"`
+		StructuredContent map[string]any   `json:"structuredContent"`
+		Reconciled        bool             `json:"reconciled"`
+	} `json:"upstream"`
+}
+
+func callTool(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, *toolAnswer) {
+	t.Helper()
+	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	if res.StructuredContent == nil {
+		return res, nil
+	}
+	raw, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var a toolAnswer
+	require.NoError(t, json.Unmarshal(raw, &a))
+	return res, &a
+}
+
+func counts(t *testing.T, state string) map[string]int {
+	t.Helper()
+	c, err := mcpupstream.Counts(state)
+	require.NoError(t, err)
+	return c
+}
+
+// TestUpstreams puts the test upstream behind serve: pin, mirror, record
+// each write once however often it is called, pass reads through, and
+// classify every fault the upstream injects per the tool's guarantee,
+// counting effects at the upstream.
+func TestUpstreams(t *testing.T) {
+	t.Parallel()
+	u := newUpstreamEnv(t)
+
+	// Nothing starts without a pin.
+	_, stderr, code := u.run("effects", "check", u.file)
+	require.Equal(t, 0, code, stderr)
+	stdout, stderr, code := u.run("effects", "pin", u.file)
+	require.Equal(t, 0, code, "pin: %s%s", stdout, stderr)
+	require.Regexp(t, `notes\s+create_note\s+notes_create_note\s+recorded\s+reconcilable`, stdout)
+	require.Regexp(t, `notes\s+list_notes\s+notes_list_notes\s+passthrough`, stdout)
+	require.Contains(t, stdout, "pinned 1 upstreams")
+	_, stderr, code = u.run("effects", "check", u.file)
+	require.Equal(t, 0, code, stderr)
+
+	p := u.serve()
+	s := mcpClient(t, p)
+
+	// The mirrored tools: recorded ones with outbox's arguments and
+	// without key_arg, pass-through ones as the upstream lists them.
+	listed := map[string]*mcp.Tool{}
+	for tool, err := range s.Tools(context.Background(), nil) {
+		require.NoError(t, err)
+		listed[tool.Name] = tool
+	}
+	require.Contains(t, listed, "notes_create_note")
+	require.Contains(t, listed, "notes_list_notes")
+	schema, _ := json.Marshal(listed["notes_send_message"].InputSchema)
+	require.Contains(t, string(schema), "idempotency_key")
+	require.NotContains(t, string(schema), "idempotencyKey", "outbox sets key_arg")
+	passSchema, _ := json.Marshal(listed["notes_list_notes"].InputSchema)
+	require.NotContains(t, string(passSchema), "idempotency_key")
+
+	t.Run("RepeatedCallActsOnce", func(t *testing.T) {
+		args := map[string]any{"title": "t1", "body": "hello", "idempotency_key": "note-1"}
+		res1, a1 := callTool(t, s, "notes_create_note", args)
+		require.False(t, res1.IsError)
+		require.Equal(t, outbox.StateSucceeded, a1.State)
+		require.NotNil(t, a1.Upstream)
+		res2, a2 := callTool(t, s, "notes_create_note", args)
+		require.True(t, a2.Duplicate)
+		require.Equal(t, a1.Upstream, a2.Upstream, "a duplicate gets the first answer")
+		require.Equal(t, res1.Content[0], res2.Content[0])
+		notes, err := mcpupstream.Notes(u.state)
+		require.NoError(t, err)
+		require.Len(t, notes, 1)
+		require.Contains(t, notes[0].Body, "outbox:"+a1.ProviderKey, "the marker carries the provider key")
+	})
+
+	t.Run("PassThrough", func(t *testing.T) {
+		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "notes_list_notes", Arguments: map[string]any{}})
+		require.NoError(t, err)
+		require.False(t, res.IsError)
+		before := counts(t, u.state)
+		_, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "notes_get_status", Arguments: map[string]any{}})
+		require.NoError(t, err)
+		require.Equal(t, before, counts(t, u.state), "a read acts on nothing")
+	})
+
+	t.Run("KeyArgRefused", func(t *testing.T) {
+		res, _ := callTool(t, s, "notes_send_message", map[string]any{"to": "a", "text": "b", "idempotencyKey": "mine", "idempotency_key": "m-x"})
+		require.True(t, res.IsError)
+		require.Contains(t, res.Content[0].(*mcp.TextContent).Text, "invalid_args")
+	})
+
+	t.Run("DroppedAtMostOnceIsUnknown", func(t *testing.T) {
+		require.NoError(t, mcpupstream.SetFault(u.state, "set_label", mcpupstream.Fault{Mode: mcpupstream.FaultActThenDrop}))
+		res, a := callTool(t, s, "notes_set_label", map[string]any{"item": "i1", "label": "l1", "idempotency_key": "label-1"})
+		require.True(t, res.IsError)
+		require.Equal(t, outbox.StateUnknown, a.State)
+		require.Contains(t, res.Content[0].(*mcp.TextContent).Text, "do not retry")
+		_, a2 := callTool(t, s, "notes_set_label", map[string]any{"item": "i1", "label": "l1", "idempotency_key": "label-1"})
+		require.Equal(t, outbox.StateUnknown, a2.State)
+		calls, err := mcpupstream.Calls(u.state)
+		require.NoError(t, err)
+		require.Equal(t, 1, calls["set_label"], "never sent again")
+	})
+
+	t.Run("RefusedIsPermanent", func(t *testing.T) {
+		require.NoError(t, mcpupstream.SetFault(u.state, "set_label", mcpupstream.Fault{Mode: mcpupstream.FaultRefuse}))
+		res, a := callTool(t, s, "notes_set_label", map[string]any{"item": "i2", "label": "l2", "idempotency_key": "label-2"})
+		require.True(t, res.IsError)
+		require.Equal(t, outbox.StateFailed, a.State)
+		require.Equal(t, "label_refused", a.Error.Code, "the tool's outcome rule")
+	})
+
+	t.Run("DroppedReconcilableIsLookedUp", func(t *testing.T) {
+		before := counts(t, u.state)["create_note"]
+		require.NoError(t, mcpupstream.SetFault(u.state, "create_note", mcpupstream.Fault{Mode: mcpupstream.FaultActThenDrop}))
+		_, _ = callTool(t, s, "notes_create_note", map[string]any{"title": "t2", "body": "x", "idempotency_key": "note-2"})
+		got := u.wait("note-2", 60*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State, "found by the look-up: %+v", got.Error)
+		require.Equal(t, before+1, counts(t, u.state)["create_note"], "one note")
+	})
+
+	t.Run("IsErrorReconcilableIsLookedUp", func(t *testing.T) {
+		before := counts(t, u.state)["create_note"]
+		require.NoError(t, mcpupstream.SetFault(u.state, "create_note", mcpupstream.Fault{Mode: mcpupstream.FaultActThenIsError}))
+		_, _ = callTool(t, s, "notes_create_note", map[string]any{"title": "t3", "body": "x", "idempotency_key": "note-3"})
+		got := u.wait("note-3", 60*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State)
+		require.Equal(t, before+1, counts(t, u.state)["create_note"])
+	})
+
+	t.Run("SlowDeduplicatedIsSentAgainUnderItsKey", func(t *testing.T) {
+		require.NoError(t, mcpupstream.SetFault(u.state, "send_message", mcpupstream.Fault{Mode: mcpupstream.FaultActThenSleep, Delay: 30 * time.Second}))
+		_, _ = callTool(t, s, "notes_send_message", map[string]any{"to": "ann", "text": "hi", "idempotency_key": "msg-1"})
+		got := u.wait("msg-1", 60*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State)
+		msgs, err := mcpupstream.Messages(u.state)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1, "deduplicated on the provider key")
+	})
+
+	t.Run("KillServeMidCall", func(t *testing.T) {
+		// A call under way at the upstream when serve dies: its child dies
+		// with it (parent-death signal) before acting.
+		require.NoError(t, mcpupstream.SetFault(u.state, "create_note", mcpupstream.Fault{Mode: mcpupstream.FaultHang}))
+		before := counts(t, u.state)["create_note"]
+		go func() {
+			_, _ = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "notes_create_note",
+				Arguments: map[string]any{"title": "t4", "body": "x", "idempotency_key": "note-4"}})
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		started, err := mcpupstream.Started(u.state)
+		require.NoError(t, err)
+		_, err = mcpupstream.WaitStarted(ctx, u.state, "create_note", started["create_note"]+1)
+		require.NoError(t, err, "the fault landed in a call under way")
+		p.kill9()
+		p2 := u.serve()
+		_ = p2
+		got := u.wait("note-4", 90*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State, "looked up, not found, sent again: %+v", got.Error)
+		require.Equal(t, before+1, counts(t, u.state)["create_note"], "one note")
+		t.Logf("upstreams: kill -9 mid-call: reconcilable intent %s, notes made %d", got.State, counts(t, u.state)["create_note"]-before)
+	})
+
+	c := counts(t, u.state)
+	fmt.Printf("TestUpstreams: create_note=%d send_message=%d set_label calls, effects=%v\n", c["create_note"], c["send_message"], c)
+}
