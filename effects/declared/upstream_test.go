@@ -1,0 +1,198 @@
+package declared_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/effects/declared"
+)
+
+func upstreamEnv(name string) (string, bool) {
+	switch name {
+	case "TOKEN":
+		return "ghp_secret_value_1234", true
+	case "MCP_URL":
+		return "https://mcp.example.com/mcp", true
+	}
+	return "", false
+}
+
+// Each broken upstreams file is refused with one line naming the
+// upstream, the tool (where there is one) and the field.
+func TestUpstreamsRefused(t *testing.T) {
+	t.Parallel()
+	const head = "upstreams:\n  gh:\n    command: [server]\n"
+	tests := []struct {
+		name, file, want string
+	}{
+		{"ShellStringCommand", "upstreams:\n  gh:\n    command: \"server --stdio | tee log\"\n", "upstream gh: command: must be a list"},
+		{"ArgumentInCommand", "upstreams:\n  gh:\n    command: [server, \"{args.repo}\"]\n", "upstream gh: command[1]: holds no placeholder"},
+		{"ArgumentInURL", "upstreams:\n  gh:\n    url: \"https://{args.host}/mcp\"\n", "upstream gh: url: {args.host}"},
+		{"ArgumentInHeader", "upstreams:\n  gh:\n    url: \"{env.MCP_URL}\"\n    headers: {X-Repo: \"{args.repo}\"}\n", "upstream gh: headers.X-Repo"},
+		{"CommandAndURL", "upstreams:\n  gh:\n    command: [server]\n    url: \"{env.MCP_URL}\"\n", "upstream gh: url: an upstream has a command"},
+		{"IncludeAndExclude", head + "    include: [a]\n    exclude: [b]\n", "upstream gh: exclude: include and exclude"},
+		{"MissingVariable", "upstreams:\n  gh:\n    command: [server]\n    env: {T: \"{env.NOPE}\"}\n", "upstream gh: env.T: the environment variable NOPE is not set"},
+		{"PlainHTTPElsewhere", "upstreams:\n  gh:\n    url: \"http://mcp.example.com/mcp\"\n", "https unless the host is loopback"},
+		{"ReconcilableWithoutMarker", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        lookup: {tool: list_issues, items: result.data, match: item.body.contains(provider_key)}\n",
+			"upstream gh: tools.create_issue.marker: required"},
+		{"ReconcilableWithoutLookup", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"<!-- {provider_key} -->\"}\n",
+			"upstream gh: tools.create_issue.lookup: required"},
+		{"LookupThroughRecordedTool", head + "    tools:\n      list_issues: {guarantee: at_most_once}\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"<!-- {provider_key} -->\"}\n        lookup: {tool: list_issues, items: result.data, match: item.body.contains(provider_key)}\n",
+			"upstream gh: tools.create_issue.lookup.tool: list_issues is recorded"},
+		{"CELTypeError", head + "    tools:\n      create_issue:\n        outcome:\n          - {when: 'error.code == \"x\"', class: permanent}\n",
+			"upstream gh: tools.create_issue.outcome[0].when: CEL"},
+		{"MarkerWithoutKey", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"<!-- mine -->\"}\n        lookup: {tool: l, items: result.data, match: item.body.contains(provider_key)}\n",
+			"upstream gh: tools.create_issue.marker.append: a marker must hold {provider_key}"},
+		{"KeyArgWithoutWindow", head + "    tools:\n      send: {guarantee: deduplicated, key_arg: idempotencyKey}\n", "upstream gh: tools.send.dedupe_window: required with key_arg"},
+		{"DeduplicatedWithNeither", head + "    tools:\n      send: {guarantee: deduplicated}\n", "upstream gh: tools.send.key_arg: a deduplicated tool needs key_arg"},
+		{"FieldOfAnotherGuarantee", head + "    tools:\n      send: {guarantee: at_most_once, key_arg: k}\n", "upstream gh: tools.send.key_arg: only a deduplicated tool"},
+		{"PassthroughWithGuarantee", head + "    tools:\n      list: {passthrough: true, guarantee: at_most_once}\n", "upstream gh: tools.list.guarantee: a pass-through tool"},
+		{"BadName", "upstreams:\n  Git_Hub:\n    command: [server]\n", "upstream Git_Hub: an upstream's name must match"},
+		{"WaitTooLong", head + "    wait: 5m\n", "upstream gh: wait: must be a Go duration from 0s to 1m0s"},
+		{"UnknownField", head + "    retries: 3\n", "upstream gh: retries: unknown field"},
+		{"LookupArgFromEnv", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"{provider_key}\"}\n        lookup: {tool: l, args: {token: \"{env.TOKEN}\"}, items: result.data, match: item.body.contains(provider_key)}\n",
+			"upstream gh: tools.create_issue.lookup.args.token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := declared.ParseFile("effects.yaml", []byte(tt.file), &declared.Config{LookupEnv: upstreamEnv})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+			require.True(t, strings.HasPrefix(err.Error(), "effects.yaml:"), err.Error())
+			require.NotContains(t, err.Error(), "ghp_secret_value_1234")
+		})
+	}
+}
+
+// pinFile declares a GitHub-like upstream; the tools are listed below.
+const pinFile = `upstreams:
+  gh:
+    command: [server]
+    env: {GITHUB_TOKEN: "{env.TOKEN}"}
+    tools:
+      create_issue:
+        guarantee: reconcilable
+        marker: {arg: body, append: "<!-- outbox:{provider_key} -->"}
+        lookup: {tool: list_issues, args: {repo: "{args.repo}"}, items: result.data.issues, match: item.body.contains(provider_key)}
+      send:
+        guarantee: deduplicated
+        key_arg: idempotencyKey
+        dedupe_window: 24h
+`
+
+func listedTool(name string, schema string, readOnly bool) *mcp.Tool {
+	t := &mcp.Tool{Name: name, Description: "does " + name + "\u200b\x07", InputSchema: json.RawMessage(schema)}
+	if readOnly {
+		t.Annotations = &mcp.ToolAnnotations{ReadOnlyHint: true}
+	}
+	return t
+}
+
+// Pin classifies what an upstream lists, and refuses declarations that do
+// not fit the upstream's schemas, and names taken elsewhere.
+func TestUpstreamPin(t *testing.T) {
+	t.Parallel()
+	f, err := declared.ParseFile("effects.yaml", []byte(pinFile), &declared.Config{LookupEnv: upstreamEnv})
+	require.NoError(t, err)
+	require.Len(t, f.Upstreams, 1)
+	u := f.Upstreams[0]
+	good := []*mcp.Tool{
+		listedTool("create_issue", `{"type":"object","required":["repo","title"],"properties":{"repo":{"type":"string"},"title":{"type":"string"},"body":{"type":"string"}}}`, false),
+		listedTool("list_issues", `{"type":"object","properties":{"repo":{"type":"string"}}}`, true),
+		listedTool("send", `{"type":"object","properties":{"to":{"type":"string"},"idempotencyKey":{"type":"string"}}}`, false),
+		listedTool("delete-Repo", `{"type":"object","properties":{"repo":{"type":"string"}}}`, false),
+	}
+
+	t.Run("Classifies", func(t *testing.T) {
+		t.Parallel()
+		entry, problems := u.Pin("gh 1.0", good, nil)
+		require.Empty(t, problems)
+		by := map[string]*declared.LockedTool{}
+		for _, lt := range entry.Tools {
+			by[lt.Name] = lt
+		}
+		require.Equal(t, declared.ClassRecorded, by["create_issue"].Class)
+		require.Equal(t, "gh_create_issue", by["create_issue"].Mirrored)
+		require.Equal(t, declared.ClassPassthrough, by["list_issues"].Class, "readOnlyHint trusted by default")
+		require.Equal(t, declared.ClassRecorded, by["delete-Repo"].Class, "undeclared and not read-only: recorded")
+		require.EqualValues(t, "at_most_once", by["delete-Repo"].Guarantee)
+		require.Equal(t, "gh_delete_repo", by["delete-Repo"].Mirrored)
+		require.Equal(t, "does create_issue", by["create_issue"].Description, "invisible and control characters stripped")
+	})
+
+	t.Run("RefusesMisfits", func(t *testing.T) {
+		t.Parallel()
+		cases := map[string]struct {
+			tool *mcp.Tool
+			want string
+		}{
+			"KeyArgNotInSchema":    {listedTool("send", `{"type":"object","properties":{"to":{"type":"string"}}}`, false), "key_arg idempotencyKey is not a string property"},
+			"KeyArgTooShort":       {listedTool("send", `{"type":"object","properties":{"idempotencyKey":{"type":"string","maxLength":20}}}`, false), "maxLength 20 is below"},
+			"MarkerArgNotString":   {listedTool("create_issue", `{"type":"object","required":["repo"],"properties":{"repo":{"type":"string"},"body":{"type":"integer"}}}`, false), "marker.arg body is not a string"},
+			"LookupArgNotRequired": {listedTool("create_issue", `{"type":"object","properties":{"repo":{"type":"string"},"body":{"type":"string"}}}`, false), "{args.repo} is not a required argument"},
+			"IdempotencyKeyTaken":  {listedTool("send", `{"type":"object","properties":{"idempotencyKey":{"type":"string"},"idempotency_key":{"type":"string"}}}`, false), "already has a property idempotency_key"},
+			"TopLevelCombinator":   {listedTool("send", `{"type":"object","anyOf":[{"required":["a"]}],"properties":{"idempotencyKey":{"type":"string"}}}`, false), "top-level anyOf"},
+		}
+		for name, c := range cases {
+			listed := []*mcp.Tool{c.tool, good[1]}
+			for _, g := range good {
+				if g.Name != c.tool.Name && g.Name != "list_issues" {
+					listed = append(listed, g)
+				}
+			}
+			_, problems := u.Pin("gh", listed, nil)
+			require.NotEmpty(t, problems, name)
+			require.Contains(t, strings.Join(problems, "\n"), c.want, name)
+		}
+		_, problems := u.Pin("gh", good, &declared.PinOpts{Taken: map[string]string{"gh_send": "effect gh_send"}})
+		require.Contains(t, strings.Join(problems, "\n"), "gh_send is taken by effect gh_send")
+	})
+
+	t.Run("BindsAndHashesWithoutDescriptions", func(t *testing.T) {
+		t.Parallel()
+		entry, problems := u.Pin("gh", good, nil)
+		require.Empty(t, problems)
+		lock := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{"gh": entry}}
+		c, err := declared.Bind(f, lock, &declared.BindConfig{})
+		require.NoError(t, err)
+		require.Len(t, c.Recorded, 3)
+		require.Len(t, c.Passthrough, 1)
+		var send *declared.UpstreamTool
+		for _, r := range c.Recorded {
+			if r.Name() == "gh_send" {
+				send = r
+			}
+		}
+		require.NotNil(t, send)
+		require.NotContains(t, string(send.ArgsSchema()), "idempotencyKey", "key_arg is outbox's")
+		require.Error(t, send.ValidateArgs(json.RawMessage(`{"to":"a","idempotencyKey":"x"}`)))
+		require.NoError(t, send.ValidateArgs(json.RawMessage(`{"to":"a"}`)))
+
+		// A description changes no hash; a lock for another declaration
+		// refuses to bind.
+		f2, err := declared.ParseFile("effects.yaml", []byte(strings.Replace(pinFile, "  gh:\n", "  gh:\n    description: GitHub.\n", 1)), &declared.Config{LookupEnv: upstreamEnv})
+		require.NoError(t, err)
+		require.Equal(t, u.DeclarationSHA256(), f2.Upstreams[0].DeclarationSHA256())
+		f3, err := declared.ParseFile("effects.yaml", []byte(strings.Replace(pinFile, "24h", "12h", 1)), &declared.Config{LookupEnv: upstreamEnv})
+		require.NoError(t, err)
+		_, err = declared.Bind(f3, lock, &declared.BindConfig{EffectsPath: "effects.yaml"})
+		require.ErrorIs(t, err, declared.ErrLockMissing)
+		require.Contains(t, err.Error(), "outboxd effects pin effects.yaml")
+		_, err = declared.Bind(f, nil, &declared.BindConfig{EffectsPath: "effects.yaml"})
+		require.ErrorIs(t, err, declared.ErrLockMissing)
+	})
+}
+
+// Mirrored names follow the one name rule River's queues accept.
+func TestMirroredName(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "github_create_issue", declared.MirroredName("github_", "create_issue"))
+	require.Equal(t, "gh_get_pull_request", declared.MirroredName("gh_", "Get--Pull.Request_"))
+	require.Empty(t, declared.MirroredName("", "9lives"))
+	require.Empty(t, declared.MirroredName("p_", strings.Repeat("a", 80)))
+}
