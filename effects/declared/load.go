@@ -70,46 +70,12 @@ type Config struct {
 	Retention time.Duration
 }
 
-// FileError is a declaration refused: which file, line, effect and field.
-type FileError struct {
-	File   string
-	Line   int
-	Effect string
-	// Upstream names the MCP upstream at fault (its tool, in Field).
-	Upstream string
-	Field    string
-	Err      error
-}
-
-// Error implements error: "effects.yaml:12: effect refund: dedupe_window: ...".
-func (e *FileError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	b.WriteString(": ")
-	if e.Effect != "" {
-		b.WriteString("effect " + e.Effect + ": ")
-	}
-	if e.Upstream != "" {
-		b.WriteString("upstream " + e.Upstream + ": ")
-	}
-	if e.Field != "" {
-		b.WriteString(e.Field + ": ")
-	}
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
-
-// Unwrap returns the underlying error.
-func (e *FileError) Unwrap() error { return e.Err }
-
-// Load reads and checks the effects file at path (YAML 1.2 or JSON).
+// Load reads and checks the effects file at path (YAML 1.2 or JSON). Its
+// error is a FileErrors: every problem found.
 func Load(path string, config *Config) ([]*Effect, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &FileError{File: path, Err: err}
+		return nil, FileErrors{{File: path, Err: err}}
 	}
 	return Parse(path, data, config)
 }
@@ -126,8 +92,9 @@ type File struct {
 	Upstreams []*Upstream
 }
 
-// Parse checks a file's contents; file names it in errors. It returns the
-// declared HTTP effects; ParseFile returns the upstreams too.
+// Parse checks a file's contents; file names it in errors. Its error is a
+// FileErrors: every problem found, by line. It returns the declared HTTP
+// effects; ParseFile returns the upstreams too.
 func Parse(file string, data []byte, config *Config) ([]*Effect, error) {
 	f, err := ParseFile(file, data, config)
 	if err != nil {
@@ -141,12 +108,13 @@ func Parse(file string, data []byte, config *Config) ([]*Effect, error) {
 func LoadFile(path string, config *Config) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &FileError{File: path, Err: err}
+		return nil, FileErrors{{File: path, Err: err}}
 	}
 	return ParseFile(path, data, config)
 }
 
-// ParseFile checks a file's contents; file names it in errors.
+// ParseFile checks a file's contents: its effects and its upstreams. Its
+// error is a FileErrors.
 func ParseFile(file string, data []byte, config *Config) (*File, error) {
 	cfg := Config{}
 	if config != nil {
@@ -166,44 +134,57 @@ func ParseFile(file string, data []byte, config *Config) (*File, error) {
 
 	astFile, err := parser.ParseBytes(data, 0)
 	if err != nil {
-		return nil, yamlError(file, err)
+		return nil, FileErrors{yamlError(file, err)}
 	}
 	var doc any
 	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
-		return nil, yamlError(file, err)
+		return nil, FileErrors{yamlError(file, err)}
 	}
 	l := &loader{file: file, ast: astFile, cfg: &cfg}
+	f := l.declarations(doc)
+	if len(l.problems) > 0 {
+		return nil, l.problems.sorted()
+	}
+	return f, nil
+}
+
+// declarations checks the file's declarations, recording each problem.
+func (l *loader) declarations(doc any) *File {
+	out := &File{}
 	root, ok := ordered(doc).(orderedMap)
 	if !ok {
-		return nil, &FileError{File: file, Line: 1, Err: errors.New("the file must be a mapping with effects, upstreams or both")}
+		l.problems.add(&FileError{File: l.file, Line: 1, Err: errors.New("the file must be a mapping with effects, upstreams or both")})
+		return nil
 	}
-	if err := l.known(root, "$", "", []string{"effects", "upstreams"}); err != nil {
-		return nil, err
-	}
+	l.problems.add(l.known(root, "$", "", []string{"effects", "upstreams"}))
 	decls, hasEffects := root.get("effects")
 	declMap, isMap := decls.(orderedMap)
 	ups, hasUpstreams := root.get("upstreams")
 	upMap, upIsMap := ups.(orderedMap)
 	switch {
 	case hasEffects && (!isMap || len(declMap) == 0):
-		return nil, l.errorf("$.effects", "", "effects", "must map each effect's name to its declaration")
+		l.problems.add(l.errorf("$.effects", "", "effects", "must map each effect's name to its declaration"))
+		return nil
 	case hasUpstreams && (!upIsMap || len(upMap) == 0):
-		return nil, l.errorf("$.upstreams", "", "upstreams", "must map each upstream's name to its declaration")
+		l.problems.add(l.errorf("$.upstreams", "", "upstreams", "must map each upstream's name to its declaration"))
+		return nil
 	case !hasEffects && !hasUpstreams:
-		return nil, l.errorf("$", "", "effects", "the file declares nothing: effects, upstreams or both")
+		l.problems.add(l.errorf("$", "", "effects", "the file declares nothing: effects, upstreams or both"))
+		return nil
 	}
-	out := &File{}
 	tools := map[string]string{}
-	for _, reserved := range cfg.ReservedTools {
+	for _, reserved := range l.cfg.ReservedTools {
 		tools[reserved] = "a built-in effect"
 	}
 	for _, kv := range declMap {
 		e, err := l.effect(kv.key, kv.value)
 		if err != nil {
-			return nil, err
+			l.problems.add(err)
+			continue
 		}
 		if other, ok := tools[e.tool]; ok {
-			return nil, l.errorf("$.effects."+kv.key+".tool", kv.key, "tool", "the MCP tool name %q is taken by %s", e.tool, other)
+			l.problems.add(l.errorf("$.effects."+kv.key+".tool", kv.key, "tool", "the MCP tool name %q is taken by %s", e.tool, other))
+			continue
 		}
 		tools[e.tool] = "effect " + e.name
 		out.Effects = append(out.Effects, e)
@@ -211,11 +192,12 @@ func ParseFile(file string, data []byte, config *Config) (*File, error) {
 	for _, kv := range upMap {
 		u, err := l.upstream(kv.key, kv.value)
 		if err != nil {
-			return nil, err
+			l.problems.add(err)
+			continue
 		}
 		out.Upstreams = append(out.Upstreams, u)
 	}
-	return out, nil
+	return out
 }
 
 // loader checks one file's declarations.
@@ -223,6 +205,9 @@ type loader struct {
 	file string
 	ast  *ast.File
 	cfg  *Config
+
+	// problems are those found so far.
+	problems FileErrors
 }
 
 // line finds the line of a YAML path ("$.effects.refund.args"), or of the
@@ -249,15 +234,16 @@ func (l *loader) errorf(path, effect, field, format string, args ...any) error {
 	return &FileError{File: l.file, Line: l.line(path), Effect: effect, Field: field, Err: fmt.Errorf(format, args...)}
 }
 
-// known refuses members of m not in fields.
+// known refuses members of m not in fields, each.
 func (l *loader) known(m orderedMap, path, effect string, fields []string) error {
+	var errs FileErrors
 	for _, kv := range m {
 		if !slices.Contains(fields, kv.key) {
-			return l.errorf(path+"."+kv.key, effect, strings.TrimPrefix(strings.TrimPrefix(path+"."+kv.key, "$.effects."+effect), "."),
-				"unknown field (expected one of %s)", strings.Join(fields, ", "))
+			errs.add(l.errorf(path+"."+kv.key, effect, strings.TrimPrefix(strings.TrimPrefix(path+"."+kv.key, "$.effects."+effect), "."),
+				"unknown field (expected one of %s)", strings.Join(fields, ", ")))
 		}
 	}
-	return nil
+	return errs.err()
 }
 
 // failFunc makes the error for a field of the declaration being checked:
@@ -269,7 +255,9 @@ var effectFields = []string{"preset", "description", "tool", "guarantee", "dedup
 
 // effect checks one declaration: its name and preset here, then its common
 // fields, its request and the reading of its answer, its look-up and what
-// its guarantee requires, and the environment it reads.
+// its guarantee requires, and the environment it reads. Its error holds
+// every problem found: a check that needs what an earlier one refused is
+// skipped.
 func (l *loader) effect(name string, v any) (*Effect, error) {
 	base := "$.effects." + name
 	fail := func(field, format string, args ...any) error {
@@ -279,48 +267,45 @@ func (l *loader) effect(name string, v any) (*Effect, error) {
 		}
 		return l.errorf(path, name, field, format, args...)
 	}
+	var errs FileErrors
 	if !effects.ValidName(name) {
-		return nil, fail("", "an effect's name must be %s (it names the effect's River queue)", effects.NameRule)
+		errs.add(fail("", "an effect's name must be %s (it names the effect's River queue)", effects.NameRule))
 	}
 	if slices.Contains(l.cfg.Reserved, name) {
-		return nil, fail("", "the name of a built-in effect")
+		errs.add(fail("", "the name of a built-in effect"))
 	}
 	decl, ok := v.(orderedMap)
 	if !ok {
-		return nil, fail("", "must be a mapping")
+		errs.add(fail("", "must be a mapping"))
+		return nil, errs.err()
 	}
-	if err := l.known(decl, base, name, effectFields); err != nil {
-		return nil, err
-	}
+	errs.add(l.known(decl, base, name, effectFields))
 	var presetDecl orderedMap
 	if p, ok := decl.get("preset"); ok {
 		pname, _ := p.(string)
 		preset, ok := Preset(pname)
 		if !ok {
-			return nil, fail("preset", "unknown preset %q (outboxd effects presets lists them)", p)
+			// The preset's fields are what the rest is checked against.
+			errs.add(fail("preset", "unknown preset %q (outboxd effects presets lists them)", p))
+			return nil, errs.err()
 		}
 		presetDecl = preset.decl
 		merged, err := mergePatch(preset.decl, decl.without("preset"))
 		if err != nil {
-			return nil, fail("preset", "%v", err)
+			errs.add(fail("preset", "%v", err))
+			return nil, errs.err()
 		}
 		decl = merged
 	}
 
 	e := &Effect{name: name, tool: name, client: l.cfg.HTTPClient, onRuleError: l.cfg.OnRuleError, env: map[string]string{}}
-	if err := l.effectCommon(e, decl, presetDecl, fail); err != nil {
-		return nil, err
+	errs.add(l.effectCommon(e, decl, presetDecl, fail))
+	errs.add(l.effectRequest(e, decl, fail))
+	errs.add(l.effectLookup(e, decl, fail))
+	errs.add(l.effectEnv(e, fail))
+	if len(errs) > 0 {
+		return nil, errs.err()
 	}
-	if err := l.effectRequest(e, decl, fail); err != nil {
-		return nil, err
-	}
-	if err := l.effectLookup(e, decl, fail); err != nil {
-		return nil, err
-	}
-	if err := l.effectEnv(e, fail); err != nil {
-		return nil, err
-	}
-
 	e.sha256 = declarationSHA256(decl)
 	return e, nil
 }
@@ -364,156 +349,169 @@ func str(decl orderedMap, field string, required bool, fail failFunc) (string, e
 // its window; presetDecl, when the declaration extends a preset, bounds
 // what an override may change.
 func (l *loader) effectCommon(e *Effect, decl, presetDecl orderedMap, fail failFunc) error {
+	var errs FileErrors
 	var err error
 	if e.description, err = str(decl, "description", true, fail); err != nil {
-		return err
+		errs.add(err)
 	}
 	if tool, err := str(decl, "tool", false, fail); err != nil {
-		return err
+		errs.add(err)
 	} else if tool != "" {
 		e.tool = tool
 	}
 	if !toolNameRE.MatchString(e.tool) {
-		return fail("tool", "an MCP tool name must match %s", toolNameRE)
+		errs.add(fail("tool", "an MCP tool name must match %s", toolNameRE))
 	}
 	g, err := str(decl, "guarantee", true, fail)
 	if err != nil {
-		return err
+		// The window's checks, and the look-up's, depend on the guarantee.
+		errs.add(err)
+		return errs.err()
 	}
 	e.guarantee = effects.Guarantee(g)
 	if !e.guarantee.Valid() {
-		return fail("guarantee", "must be deduplicated, reconcilable or at_most_once, not %q", g)
+		errs.add(fail("guarantee", "must be deduplicated, reconcilable or at_most_once, not %q", g))
+		return errs.err()
 	}
-
 	if presetDecl != nil {
 		if pg, _ := presetDecl.get("guarantee"); pg != g && g != string(effects.GuaranteeAtMostOnce) {
-			return fail("guarantee", "an override may weaken the preset's guarantee (%v) to at_most_once, never change it otherwise", pg)
+			errs.add(fail("guarantee", "an override may weaken the preset's guarantee (%v) to at_most_once, never change it otherwise", pg))
+			// What depends on the guarantee is not checked against one
+			// refused.
+			e.guarantee = ""
+			return errs.err()
 		}
 	}
 
 	window, err := str(decl, "dedupe_window", false, fail)
-	if err != nil {
-		return err
-	}
 	switch {
+	case err != nil:
+		errs.add(err)
 	case e.guarantee == effects.GuaranteeDeduplicated && window == "":
-		return fail("dedupe_window", "required for a deduplicated effect: the provider's documented window (a Go duration such as 24h)")
+		errs.add(fail("dedupe_window", "required for a deduplicated effect: the provider's documented window (a Go duration such as 24h)"))
 	case e.guarantee != effects.GuaranteeDeduplicated && window != "":
-		return fail("dedupe_window", "only a deduplicated effect has one")
+		errs.add(fail("dedupe_window", "only a deduplicated effect has one"))
 	case window != "":
 		if e.window, err = time.ParseDuration(window); err != nil || e.window <= 0 {
-			return fail("dedupe_window", "must be a positive Go duration such as 24h, not %q", window)
+			errs.add(fail("dedupe_window", "must be a positive Go duration such as 24h, not %q", window))
+			break
 		}
 		if presetDecl != nil {
 			if pw, ok := presetDecl.get("dedupe_window"); ok {
 				if d, err := time.ParseDuration(fmt.Sprint(pw)); err == nil && e.window > d {
-					return fail("dedupe_window", "an override may shorten the preset's window (%s), never lengthen it", d)
+					errs.add(fail("dedupe_window", "an override may shorten the preset's window (%s), never lengthen it", d))
 				}
 			}
 		}
 		if l.cfg.Retention > 0 && l.cfg.Retention < e.window {
-			return fail("dedupe_window", "longer than OUTBOX_RETENTION (%s): a key pruned inside the provider's window could be reused for a new action", l.cfg.Retention)
+			errs.add(fail("dedupe_window", "longer than OUTBOX_RETENTION (%s): a key pruned inside the provider's window could be reused for a new action", l.cfg.Retention))
 		}
 	}
 	if mk, ok := decl.get("max_key_length"); ok {
 		n, ok := asInt(mk)
 		if !ok || n < ProviderKeyLength {
-			return fail("max_key_length", "the provider's limit must be a whole number of at least %d, the provider key's length", ProviderKeyLength)
+			errs.add(fail("max_key_length", "the provider's limit must be a whole number of at least %d, the provider key's length", ProviderKeyLength))
 		}
 	}
-	return nil
+	return errs.err()
 }
 
 // effectRequest checks the arguments' schema, the request, and how its
-// answer is read: the outcome rules and the result.
+// answer is read: the outcome rules and the result. e.request stays nil
+// when the request is refused.
 func (l *loader) effectRequest(e *Effect, decl orderedMap, fail failFunc) error {
-	args, ok := decl.get("args")
-	if !ok {
-		return fail("args", "required: the arguments' JSON Schema")
-	}
-	argsMap, ok := args.(orderedMap)
-	if !ok {
-		return fail("args", "must be a JSON Schema object")
-	}
-	if err := l.schema(e, argsMap, fail); err != nil {
-		return err
+	var errs FileErrors
+	if args, ok := decl.get("args"); !ok {
+		errs.add(fail("args", "required: the arguments' JSON Schema"))
+	} else if argsMap, ok := args.(orderedMap); !ok {
+		errs.add(fail("args", "must be a JSON Schema object"))
+	} else {
+		errs.add(l.schema(e, argsMap, fail))
 	}
 
-	reqV, ok := decl.get("request")
-	if !ok {
-		return fail("request", "required")
-	}
-	reqMap, ok := reqV.(orderedMap)
-	if !ok {
-		return fail("request", "must be a mapping")
-	}
-	if err := l.known(reqMap, "$.effects."+e.name+".request", e.name, requestFields); err != nil {
-		return err
+	if reqV, ok := decl.get("request"); !ok {
+		errs.add(fail("request", "required"))
+	} else if reqMap, ok := reqV.(orderedMap); !ok {
+		errs.add(fail("request", "must be a mapping"))
+	} else {
+		errs.add(l.known(reqMap, "$.effects."+e.name+".request", e.name, requestFields))
+		d, err := l.request(e, reqMap, "request", false, fail)
+		errs.add(err)
+		e.request = d
 	}
 	var err error
-	if e.request, err = l.request(e, reqMap, "request", false, fail); err != nil {
-		return err
-	}
 	if e.rules, err = l.outcome(e, decl, fail); err != nil {
-		return err
+		errs.add(err)
 	}
 	if e.result, err = l.result(decl, "result", fail); err != nil {
-		return err
+		errs.add(err)
 	}
-	return nil
+	return errs.err()
 }
 
 // effectLookup checks the look-up, and that the requests carry what the
-// guarantee relies on.
+// guarantee relies on. It needs a valid guarantee, and checks a request's
+// provider key only once the request was accepted.
 func (l *loader) effectLookup(e *Effect, decl orderedMap, fail failFunc) error {
+	if !e.guarantee.Valid() {
+		return nil
+	}
+	var errs FileErrors
 	lookupV, hasLookup := decl.get("lookup")
 	switch {
 	case e.guarantee == effects.GuaranteeReconcilable && !hasLookup:
-		return fail("lookup", "required for a reconcilable effect: how to ask the provider whether the effect exists")
+		errs.add(fail("lookup", "required for a reconcilable effect: how to ask the provider whether the effect exists"))
 	case e.guarantee != effects.GuaranteeReconcilable && hasLookup:
-		return fail("lookup", "only a reconcilable effect has one (this one is %s)", e.guarantee)
+		errs.add(fail("lookup", "only a reconcilable effect has one (this one is %s)", e.guarantee))
 	case hasLookup:
-		var err error
-		if e.lookup, err = l.lookup(e, lookupV, fail); err != nil {
-			return err
-		}
+		d, err := l.lookup(e, lookupV, fail)
+		errs.add(err)
+		e.lookup = d
 	}
-	if e.guarantee != effects.GuaranteeAtMostOnce && !usesProviderKey(e.request) {
-		return fail("request", "a %s effect must send {provider_key} (in the URL, a header or the body): it is what the provider recognises a repeat by", e.guarantee)
+	if e.request != nil && e.guarantee != effects.GuaranteeAtMostOnce && !usesProviderKey(e.request) {
+		errs.add(fail("request", "a %s effect must send {provider_key} (in the URL, a header or the body): it is what the provider recognises a repeat by", e.guarantee))
 	}
 	if e.lookup != nil && !usesProviderKey(e.lookup.request) && !e.lookup.conditionsUseProviderKey() {
-		return fail("lookup", "a look-up must use {provider_key}: it is what the effect is found by")
+		errs.add(fail("lookup", "a look-up must use {provider_key}: it is what the effect is found by"))
 	}
-	return nil
+	return errs.err()
 }
 
-// effectEnv reads the {env.*} variables the requests name, keeps their
-// values of SecretMinLength or more as secrets to scrub, and checks the
-// bases they resolve to.
+// effectEnv reads the {env.*} variables the accepted requests name, keeps
+// their values of SecretMinLength or more as secrets to scrub, and checks
+// the bases they resolve to.
 func (l *loader) effectEnv(e *Effect, fail failFunc) error {
 	if l.cfg.NoEnv {
 		return nil
 	}
+	var errs FileErrors
+	missing := map[string]bool{}
 	for _, ph := range e.allPlaceholders() {
-		if ph.kind != phEnv {
+		if ph.kind != phEnv || missing[ph.name] {
 			continue
 		}
 		v, ok := l.cfg.LookupEnv(ph.name)
 		if !ok || v == "" {
-			return fail("", "the environment variable %s is not set (the declaration reads {env.%s})", ph.name, ph.name)
+			missing[ph.name] = true
+			errs.add(fail("", "the environment variable %s is not set (the declaration reads {env.%s})", ph.name, ph.name))
+			continue
 		}
 		e.env[ph.name] = v
 		if len(v) >= SecretMinLength && !slices.Contains(e.secrets, v) {
 			e.secrets = append(e.secrets, v)
 		}
 	}
+	if len(errs) > 0 {
+		// A base read from a missing variable cannot be resolved.
+		return errs.err()
+	}
 	for _, d := range e.requests() {
 		if err := d.url.resolveBase(e.env, l.cfg.LoopbackOnly); err != nil {
-			return fail("", "url %s: %v", d.url.raw, err)
+			errs.add(fail("", "url %s: %v", d.url.raw, err))
 		}
 	}
 	// The longest secrets first, so that one holding another is redacted
 	// whole.
 	slices.SortFunc(e.secrets, func(a, b string) int { return len(b) - len(a) })
-	return nil
+	return errs.err()
 }

@@ -2,6 +2,7 @@ package declared
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -250,4 +251,64 @@ func TestDeclarationSHA256(t *testing.T) {
 			require.NotEqual(t, base, sha(t, changed))
 		})
 	}
+}
+
+// A file with several mistakes is refused with all of them, each with its
+// line, effect and field, by line. A check that needs what an earlier one
+// refused is skipped rather than reported: an unknown preset ends its
+// effect's checks, an unparseable file the file's.
+func TestParseReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+
+	src := `effects:
+  ping:
+    guarantee: deduplicated
+    retries: 3
+    args: {type: object}
+    request:
+      method: FETCH
+      url: "{env.STRIPE_URL}/ping?k={provider_key}"
+      headers: {Host: x}
+    outcome:
+      - {when: status == 402, class: fatal}
+  pay__now_:
+    preset: stripe.refnd
+    description: 12
+  tix:
+    description: Open a ticket.
+    guarantee: reconcilable
+    args: {type: object}
+    request: {url: "{env.NOT_SET_ANYWHERE}/tickets?k={provider_key}"}
+`
+	_, err := parse(t, src, nil)
+	var fes FileErrors
+	require.ErrorAs(t, err, &fes)
+	var got []string
+	for _, fe := range fes {
+		got = append(got, fmt.Sprintf("%d %s %s", fe.Line, fe.Effect, fe.Field))
+	}
+	require.Equal(t, []string{
+		"3 ping description",    // required (the declaration's line)
+		"3 ping dedupe_window",  // required for a deduplicated effect
+		"4 ping retries",        // unknown field
+		"7 ping request.method", // FETCH
+		"9 ping request.headers.Host",
+		"11 ping outcome[0].class", // fatal
+		"13 pay__now_ ",            // the name River refuses
+		"13 pay__now_ preset",      // unknown preset: the rest of it unchecked
+		"16 tix lookup",            // required for a reconcilable effect
+		"16 tix ",                  // the variable NOT_SET_ANYWHERE
+	}, got, err.Error())
+	require.Contains(t, err.Error(), "effects.yaml:3: effect ping: description: required\n")
+	require.Len(t, strings.Split(err.Error(), "\n"), len(fes), "one problem a line")
+	var fe *FileError
+	require.ErrorAs(t, err, &fe, "errors.As finds the first")
+	require.Equal(t, 3, fe.Line)
+
+	t.Run("UnparseableFileIsOneProblem", func(t *testing.T) {
+		t.Parallel()
+		_, err := parse(t, "effects:\n  ping: [\n  pong: {\n", nil)
+		require.ErrorAs(t, err, &fes)
+		require.Len(t, fes, 1, err.Error())
+	})
 }

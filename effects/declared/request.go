@@ -23,8 +23,10 @@ var (
 	ruleFields    = []string{"when", "class", "code"}
 )
 
-// request checks a request (the effect's, or a look-up's members).
+// request checks a request (the effect's, or a look-up's members). It
+// returns nil, and every problem found, when the request is refused.
 func (l *loader) request(e *Effect, m orderedMap, field string, lookup bool, fail failFunc) (*requestDecl, error) {
+	var errs FileErrors
 	d := &requestDecl{timeout: l.cfg.EffectTimeout, formArrays: formArraysIndexed}
 	method := http.MethodPost
 	if lookup {
@@ -35,31 +37,32 @@ func (l *loader) request(e *Effect, m orderedMap, field string, lookup bool, fai
 		method = strings.ToUpper(s)
 	}
 	if !slices.Contains([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}, method) {
-		return nil, fail(field+".method", "must be GET, POST, PUT, PATCH or DELETE")
+		errs.add(fail(field+".method", "must be GET, POST, PUT, PATCH or DELETE"))
 	}
 	d.method = method
 	u, _ := m.get("url")
 	us, _ := u.(string)
-	if us == "" {
-		return nil, fail(field+".url", "required")
-	}
 	var err error
-	if d.url, err = parseURLTemplate(us, lookup); err != nil {
-		return nil, fail(field+".url", "%v", err)
+	if us == "" {
+		errs.add(fail(field+".url", "required"))
+	} else if d.url, err = parseURLTemplate(us, lookup); err != nil {
+		errs.add(fail(field+".url", "%v", err))
 	}
 	if h, ok := m.get("headers"); ok {
 		hm, ok := h.(orderedMap)
 		if !ok {
-			return nil, fail(field+".headers", "must map header names to values")
+			errs.add(fail(field+".headers", "must map header names to values"))
 		}
 		for _, kv := range hm {
 			f := field + ".headers." + kv.key
 			if !headerNameRE.MatchString(kv.key) {
-				return nil, fail(f, "not a valid header name")
+				errs.add(fail(f, "not a valid header name"))
+				continue
 			}
 			switch http.CanonicalHeaderKey(kv.key) {
 			case "Host", "Content-Length", "Transfer-Encoding", "Connection":
-				return nil, fail(f, "cannot be declared: the HTTP client sets it")
+				errs.add(fail(f, "cannot be declared: the HTTP client sets it"))
+				continue
 			}
 			vs, ok := kv.value.(string)
 			if !ok {
@@ -67,7 +70,8 @@ func (l *loader) request(e *Effect, m orderedMap, field string, lookup bool, fai
 			}
 			t, err := parseTemplate(vs, lookup)
 			if err != nil {
-				return nil, fail(f, "%v", err)
+				errs.add(fail(f, "%v", err))
+				continue
 			}
 			d.headers = append(d.headers, headerDecl{name: kv.key, value: t})
 		}
@@ -78,46 +82,57 @@ func (l *loader) request(e *Effect, m orderedMap, field string, lookup bool, fai
 		case "form":
 			d.form = true
 		default:
-			return nil, fail(field+".encoding", "must be json or form, not %v", enc)
+			errs.add(fail(field+".encoding", "must be json or form, not %v", enc))
 		}
 	}
 	if fa, ok := m.get("form_arrays"); ok {
-		if !d.form {
-			return nil, fail(field+".form_arrays", "only with encoding: form")
-		}
 		s, _ := fa.(string)
-		if !slices.Contains([]string{formArraysIndexed, formArraysBrackets, formArraysRepeat}, s) {
-			return nil, fail(field+".form_arrays", "must be indexed, brackets or repeat")
+		switch {
+		case !d.form:
+			errs.add(fail(field+".form_arrays", "only with encoding: form"))
+		case !slices.Contains([]string{formArraysIndexed, formArraysBrackets, formArraysRepeat}, s):
+			errs.add(fail(field+".form_arrays", "must be indexed, brackets or repeat"))
+		default:
+			d.formArrays = s
 		}
-		d.formArrays = s
 	}
 	if b, ok := m.get("body"); ok {
-		if method == http.MethodGet {
-			return nil, fail(field+".body", "a GET sends no body")
-		}
-		if d.body, err = compileBody(b, lookup); err != nil {
-			return nil, fail(field+".body", "%v", err)
-		}
-		if d.form && !d.body.isObj {
-			return nil, fail(field+".body", "a form body is a mapping")
+		switch {
+		case method == http.MethodGet:
+			errs.add(fail(field+".body", "a GET sends no body"))
+		default:
+			if d.body, err = compileBody(b, lookup); err != nil {
+				errs.add(fail(field+".body", "%v", err))
+			} else if d.form && !d.body.isObj {
+				errs.add(fail(field+".body", "a form body is a mapping"))
+			}
 		}
 	}
 	if t, ok := m.get("timeout"); ok {
 		ts, _ := t.(string)
 		d.timeout, err = time.ParseDuration(ts)
-		if err != nil || d.timeout <= 0 {
-			return nil, fail(field+".timeout", "must be a positive Go duration such as 10s")
-		}
-		if d.timeout > l.cfg.EffectTimeout {
-			return nil, fail(field+".timeout", "at most OUTBOX_EFFECT_TIMEOUT (%s), the attempt's lease", l.cfg.EffectTimeout)
+		switch {
+		case err != nil || d.timeout <= 0:
+			errs.add(fail(field+".timeout", "must be a positive Go duration such as 10s"))
+		case d.timeout > l.cfg.EffectTimeout:
+			errs.add(fail(field+".timeout", "at most OUTBOX_EFFECT_TIMEOUT (%s), the attempt's lease", l.cfg.EffectTimeout))
 		}
 	}
+	if len(errs) > 0 {
+		return nil, errs.err()
+	}
 	// Every argument a placeholder names must exist in the schema: a typo
-	// would otherwise drop a member silently.
-	for _, ph := range d.placeholders() {
-		if ph.kind == phArgs && len(ph.path) > 0 && !schemaHas(e.schemaJSON, ph.path) {
-			return nil, fail(field, "%s: no such property in args", ph.text)
+	// would otherwise drop a member silently. A schema refused has no
+	// properties to look in.
+	if e.schemaJSON != nil {
+		for _, ph := range d.placeholders() {
+			if ph.kind == phArgs && len(ph.path) > 0 && !schemaHas(e.schemaJSON, ph.path) {
+				errs.add(fail(field, "%s: no such property in args", ph.text))
+			}
 		}
+	}
+	if len(errs) > 0 {
+		return nil, errs.err()
 	}
 	return d, nil
 }
@@ -150,11 +165,17 @@ func usesProviderKey(d *requestDecl) bool {
 	return false
 }
 
+// requests returns the effect's requests: its own and its look-up's, those
+// accepted while the file is checked.
 func (e *Effect) requests() []*requestDecl {
-	if e.lookup != nil {
-		return []*requestDecl{e.request, e.lookup.request}
+	var out []*requestDecl
+	if e.request != nil {
+		out = append(out, e.request)
 	}
-	return []*requestDecl{e.request}
+	if e.lookup != nil {
+		out = append(out, e.lookup.request)
+	}
+	return out
 }
 
 func (e *Effect) allPlaceholders() []*placeholder {
@@ -175,61 +196,70 @@ func (l *loader) result(m orderedMap, field string, fail failFunc) ([]resultFiel
 	if !ok {
 		return nil, fail(field, "must map names to JSON pointers such as /id")
 	}
+	var errs FileErrors
 	var out []resultField
 	for _, kv := range rm {
 		p, _ := kv.value.(string)
 		if p != "" && !strings.HasPrefix(p, "/") {
-			return nil, fail(field+"."+kv.key, "a JSON pointer starts with /, such as /id")
+			errs.add(fail(field+"."+kv.key, "a JSON pointer starts with /, such as /id"))
+			continue
 		}
 		out = append(out, resultField{name: kv.key, pointer: p})
+	}
+	if len(errs) > 0 {
+		return nil, errs.err()
 	}
 	return out, nil
 }
 
-// lookup checks a look-up.
+// lookup checks a look-up. It returns nil, and every problem found, when
+// the look-up is refused.
 func (l *loader) lookup(e *Effect, v any, fail failFunc) (*lookupDecl, error) {
 	m, ok := v.(orderedMap)
 	if !ok {
 		return nil, fail("lookup", "must be a mapping")
 	}
-	if err := l.known(m, "$.effects."+e.name+".lookup", e.name, lookupFields); err != nil {
-		return nil, err
-	}
+	var errs FileErrors
+	errs.add(l.known(m, "$.effects."+e.name+".lookup", e.name, lookupFields))
 	d := &lookupDecl{}
 	var err error
 	if d.request, err = l.request(e, m, "lookup", true, fail); err != nil {
-		return nil, err
+		errs.add(err)
+	}
+	compile := func(f, expr string, items bool, want *cel.Type) *condition {
+		c, err := compileCondition(expr, items, want)
+		if err != nil {
+			errs.add(fail("lookup."+f, "%v", err))
+		}
+		return c
 	}
 	get := func(f string) string { s, _ := m.get(f); str, _ := s.(string); return str }
 	items, match, found, missing := get("items"), get("match"), get("found"), get("missing")
 	switch {
 	case items != "" || match != "":
 		if items == "" || match == "" {
-			return nil, fail("lookup.items", "items and match go together")
+			errs.add(fail("lookup.items", "items and match go together"))
+			break
 		}
 		if found != "" || missing != "" {
-			return nil, fail("lookup.found", "either items and match, or found and missing")
+			errs.add(fail("lookup.found", "either items and match, or found and missing"))
+			break
 		}
-		if d.items, err = compileCondition(items, false, cel.ListType(cel.DynType)); err != nil {
-			return nil, fail("lookup.items", "%v", err)
-		}
-		if d.match, err = compileCondition(match, true, cel.BoolType); err != nil {
-			return nil, fail("lookup.match", "%v", err)
-		}
+		d.items = compile("items", items, false, cel.ListType(cel.DynType))
+		d.match = compile("match", match, true, cel.BoolType)
 	case found != "" && missing != "":
-		if d.found, err = compileCondition(found, false, cel.BoolType); err != nil {
-			return nil, fail("lookup.found", "%v", err)
-		}
-		if d.missing, err = compileCondition(missing, false, cel.BoolType); err != nil {
-			return nil, fail("lookup.missing", "%v", err)
-		}
+		d.found = compile("found", found, false, cel.BoolType)
+		d.missing = compile("missing", missing, false, cel.BoolType)
 	default:
-		return nil, fail("lookup", "needs items and match (a listing), or found and missing (a fetch by key)")
+		errs.add(fail("lookup", "needs items and match (a listing), or found and missing (a fetch by key)"))
 	}
 	if d.result, err = l.result(m, "result", func(field, format string, args ...any) error {
 		return fail("lookup."+field, format, args...)
 	}); err != nil {
-		return nil, err
+		errs.add(err)
+	}
+	if len(errs) > 0 {
+		return nil, errs.err()
 	}
 	return d, nil
 }
@@ -245,35 +275,41 @@ func (l *loader) outcome(e *Effect, decl orderedMap, fail failFunc) ([]rule, err
 	if !ok {
 		return nil, fail("outcome", "must be a list of rules")
 	}
+	var errs FileErrors
 	var out []rule
 	for i, r := range list {
 		field := fmt.Sprintf("outcome[%d]", i)
 		rm, ok := r.(orderedMap)
 		if !ok {
-			return nil, fail(field, "must be a mapping with when and class")
+			errs.add(fail(field, "must be a mapping with when and class"))
+			continue
 		}
-		if err := l.known(rm, "$.effects."+e.name+"."+field, e.name, ruleFields); err != nil {
-			return nil, err
-		}
+		before := len(errs)
+		errs.add(l.known(rm, "$.effects."+e.name+"."+field, e.name, ruleFields))
 		when, _ := rm.get("when")
 		whenS, _ := when.(string)
 		cond, err := compileCondition(whenS, false, cel.BoolType)
 		if err != nil {
-			return nil, fail(field+".when", "%v", err)
+			errs.add(fail(field+".when", "%v", err))
 		}
 		class, _ := rm.get("class")
 		classS, _ := class.(string)
 		if !slices.Contains([]string{ClassSuccess, ClassNotSent, ClassPermanent, ClassAmbiguous}, classS) {
-			return nil, fail(field+".class", "must be success, not_sent, permanent or ambiguous, not %v", class)
+			errs.add(fail(field+".class", "must be success, not_sent, permanent or ambiguous, not %v", class))
 		}
 		code := ""
 		if c, ok := rm.get("code"); ok {
 			code, _ = c.(string)
 			if !codeRE.MatchString(code) {
-				return nil, fail(field+".code", "an error code is snake_case, such as card_declined")
+				errs.add(fail(field+".code", "an error code is snake_case, such as card_declined"))
 			}
 		}
-		out = append(out, rule{when: cond, class: classS, code: code})
+		if len(errs) == before {
+			out = append(out, rule{when: cond, class: classS, code: code})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs.err()
 	}
 	return out, nil
 }

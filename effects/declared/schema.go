@@ -9,21 +9,26 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// schema checks and compiles the args' schema.
+// schema checks and compiles the args' schema. Its shape's problems are
+// reported together; the schema is compiled only when there is none.
 func (l *loader) schema(e *Effect, m orderedMap, fail failFunc) error {
+	var errs FileErrors
 	if t, _ := m.get("type"); t != "object" {
-		return fail("args.type", "the top level must be a plain type: object")
+		errs.add(fail("args.type", "the top level must be a plain type: object"))
 	}
 	for _, kw := range []string{"oneOf", "anyOf", "allOf", "not", "if", "then", "else"} {
 		if _, ok := m.get(kw); ok {
-			return fail("args."+kw, "not at the top level: hosts such as Anthropic's API refuse a tool whose input schema has a combinator there, and then every tool of the server fails")
+			errs.add(fail("args."+kw, "not at the top level: hosts such as Anthropic's API refuse a tool whose input schema has a combinator there, and then every tool of the server fails"))
 		}
 	}
 	if s, ok := m.get("$schema"); ok && s != "https://json-schema.org/draft/2020-12/schema" {
-		return fail("args.$schema", "only JSON Schema 2020-12 (https://json-schema.org/draft/2020-12/schema)")
+		errs.add(fail("args.$schema", "only JSON Schema 2020-12 (https://json-schema.org/draft/2020-12/schema)"))
 	}
 	if ref := remoteRef(m); ref != "" {
-		return fail("args", "$ref %q: only local references (#/$defs/...) are allowed", ref)
+		errs.add(fail("args", "$ref %q: only local references (#/$defs/...) are allowed", ref))
+	}
+	if len(errs) > 0 {
+		return errs.err()
 	}
 	doc := plain(m)
 	raw, err := marshalJSON(doc)

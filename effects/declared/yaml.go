@@ -150,7 +150,7 @@ func mergePatch(target, patch orderedMap) (orderedMap, error) {
 }
 
 // yamlError turns the parser's error into a FileError with its line.
-func yamlError(file string, err error) error {
+func yamlError(file string, err error) *FileError {
 	var syntax yaml.Error
 	if errors.As(err, &syntax) {
 		line := 0

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sethvargo/go-envconfig"
 
+	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -196,9 +197,25 @@ func (a *app) exitCode(err error) int {
 		fmt.Fprintf(a.stderr, "outboxd: %s\n", errorLine(err))
 		return ExitRefused
 	default:
-		fmt.Fprintf(a.stderr, "outboxd: %s\n", errorLine(err))
+		for _, line := range errorLines(err) {
+			fmt.Fprintf(a.stderr, "outboxd: %s\n", line)
+		}
 		return ExitFailure
 	}
+}
+
+// errorLines is err as lines: an effects file's problems one a line (each
+// names its file, line, effect and field), any other error as one.
+func errorLines(err error) []string {
+	var fileErrs declared.FileErrors
+	if !errors.As(err, &fileErrs) {
+		return []string{errorLine(err)}
+	}
+	lines := make([]string, len(fileErrs))
+	for i, fe := range fileErrs {
+		lines[i] = errorLine(fe)
+	}
+	return lines
 }
 
 // refused reports whether err is a refusal by the contract (ExitRefused).

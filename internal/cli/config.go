@@ -102,7 +102,7 @@ type Config struct {
 
 	// EffectsLock is the MCP upstreams' pinned catalogue, written by
 	// outboxd effects pin. Defaults to EffectsFile + ".lock".
-	EffectsLock string `env:"OUTBOX_EFFECTS_LOCK" expect:"a path for the upstreams' lock file" help:"the MCP upstreams' pinned catalogue (default: the effects file's path plus .lock), written by outboxd effects pin"`
+	EffectsLock string `env:"OUTBOX_EFFECTS_LOCK" expect:"a path ending in .lock, with OUTBOX_EFFECTS_FILE set" help:"the MCP upstreams' pinned catalogue (default: the effects file's path plus .lock), written by outboxd effects pin"`
 
 	// HeartbeatInterval is how often serve writes its heartbeat and takes
 	// over the running jobs of processes that died: a process is dead once
@@ -334,6 +334,8 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"DatabaseURL", c.DatabaseURL == "" || validDatabaseURL(c.DatabaseURL)},
 		{"EffectTimeout", c.EffectTimeout > 0},
 		{"EffectsFile", c.EffectsFile == "" || readableFile(c.EffectsFile)},
+		// A lock means nothing without the file whose upstreams it pins.
+		{"EffectsLock", c.EffectsLock == "" || (c.EffectsFile != "" && strings.HasSuffix(c.EffectsLock, ".lock"))},
 		{"HeartbeatInterval", c.HeartbeatInterval > 0},
 		{"HTTPAddr", validAddr(c.HTTPAddr)},
 		{"AdminAddr", c.AdminAddr == "" || validAddr(c.AdminAddr)},

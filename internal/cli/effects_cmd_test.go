@@ -50,7 +50,30 @@ func TestEffectsCommands(t *testing.T) {
 		res := runEnv(t, env, nil, "effects", "check", broken)
 		require.Equal(t, 1, res.code)
 		require.Contains(t, res.stderr, "broken.yaml:5: effect ping: dedupe_window: required")
-		require.Equal(t, 1, strings.Count(strings.TrimSpace(res.stderr), "\n")+1, "one line: %s", res.stderr)
+		require.Contains(t, res.stderr, "broken.yaml:9: effect ping: request: a deduplicated effect must send {provider_key}")
+		require.Equal(t, 2, strings.Count(strings.TrimSpace(res.stderr), "\n")+1, "a problem a line: %s", res.stderr)
+	})
+	t.Run("CheckReportsEveryProblemOneALine", func(t *testing.T) {
+		t.Parallel()
+		broken := writeFile(t, "broken.yaml", strings.NewReplacer(
+			"    description: Ping a service once.\n", "",
+			"guarantee: at_most_once", "guarantee: deduplicated",
+			"body: {note:", "retries: 3\n      body: {note:",
+		).Replace(declaredFile))
+		res := runEnv(t, env, nil, "effects", "check", broken)
+		require.Equal(t, 1, res.code)
+		require.Empty(t, res.stdout)
+		lines := strings.Split(strings.TrimSpace(res.stderr), "\n")
+		require.Len(t, lines, 4, res.stderr)
+		for i, want := range []string{
+			"broken.yaml:5: effect ping: description: required",
+			"broken.yaml:5: effect ping: dedupe_window: required",
+			"broken.yaml:8: effect ping: request: a deduplicated effect must send {provider_key}",
+			"broken.yaml:9: effect ping: request.retries: unknown field",
+		} {
+			require.True(t, strings.HasPrefix(lines[i], "outboxd: "+filepath.Dir(broken)), res.stderr)
+			require.Contains(t, lines[i], want, res.stderr)
+		}
 	})
 	t.Run("CheckRefusesANameRiverRefuses", func(t *testing.T) {
 		t.Parallel()
