@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -220,6 +222,8 @@ func TestUpstreams(t *testing.T) {
 		_, _ = callTool(t, s, "notes_create_note", map[string]any{"title": "t2", "body": "x", "idempotency_key": "note-2"})
 		got := u.wait("note-2", 60*time.Second)
 		require.Equal(t, outbox.StateSucceeded, got.State, "found by the look-up: %+v", got.Error)
+		require.GreaterOrEqual(t, got.Attempts, 2, "the first attempt's answer was lost")
+		require.Contains(t, string(got.Result), `"reconciled":true`)
 		require.Equal(t, before+1, counts(t, u.state)["create_note"], "one note")
 	})
 
@@ -237,6 +241,7 @@ func TestUpstreams(t *testing.T) {
 		_, _ = callTool(t, s, "notes_send_message", map[string]any{"to": "ann", "text": "hi", "idempotency_key": "msg-1"})
 		got := u.wait("msg-1", 60*time.Second)
 		require.Equal(t, outbox.StateSucceeded, got.State)
+		require.GreaterOrEqual(t, got.Attempts, 2, "the first attempt timed out")
 		msgs, err := mcpupstream.Messages(u.state)
 		require.NoError(t, err)
 		require.Len(t, msgs, 1, "deduplicated on the provider key")
@@ -268,4 +273,111 @@ func TestUpstreams(t *testing.T) {
 
 	c := counts(t, u.state)
 	fmt.Printf("TestUpstreams: create_note=%d send_message=%d set_label calls, effects=%v\n", c["create_note"], c["send_message"], c)
+}
+
+// upstreamsHTTPFile puts the test upstream, over streamable HTTP, behind
+// outbox.
+const upstreamsHTTPFile = `upstreams:
+  notes:
+    url: "{env.NOTES_URL}"
+    wait: 8s
+    timeout: 3s
+    connect_timeout: 1s
+    tools:
+      create_note:
+        guarantee: reconcilable
+        marker: {arg: body, prepend: "[outbox:{provider_key}] "}
+        lookup:
+          tool: list_notes
+          items: result.data.notes
+          match: item.body.startsWith("[outbox:" + provider_key + "]")
+      send_message:
+        guarantee: deduplicated
+        key_arg: idempotencyKey
+        dedupe_window: 1h
+`
+
+// startHTTPUpstream starts the test upstream over HTTP on addr.
+func startHTTPUpstream(t *testing.T, state, addr string) (url string, stop func()) {
+	t.Helper()
+	cmd := exec.Command(mcpupstreamBin(t), "--http", addr)
+	cmd.Env = []string{mcpupstream.StateEnv + "=" + state}
+	url, err := mcpupstream.StartHTTP(context.Background(), cmd)
+	require.NoError(t, err)
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	return url, stop
+}
+
+// freeAddr returns a loopback address nothing listens on (yet).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// TestUpstreamsHTTP runs a streamable HTTP upstream behind serve: a
+// dropped connection after the upstream acted is looked up (reconcilable)
+// or resent under its key (deduplicated), and an upstream that is down
+// leaves its calls pending, not_sent, until it is back; serve never stops.
+func TestUpstreamsHTTP(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	addr := freeAddr(t)
+	url, stop := startHTTPUpstream(t, state, addr)
+	file := filepath.Join(t.TempDir(), "effects.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(upstreamsHTTPFile), 0o600))
+	u := newEnv(t, "OUTBOX_EFFECTS_FILE="+file, "NOTES_URL="+url, "OUTBOX_EFFECT_TIMEOUT=5s")
+	stdout, stderr, code := u.run("effects", "pin", file)
+	require.Equal(t, 0, code, "pin: %s%s", stdout, stderr)
+	p := u.serve()
+	s := mcpClient(t, p)
+
+	t.Run("DroppedReconcilableIsLookedUp", func(t *testing.T) {
+		require.NoError(t, mcpupstream.SetFault(state, "create_note", mcpupstream.Fault{Mode: mcpupstream.FaultActThenDrop}))
+		_, _ = callTool(t, s, "notes_create_note", map[string]any{"title": "h1", "body": "x", "idempotency_key": "h-note-1"})
+		got := u.wait("h-note-1", 60*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State, "%+v", got.Error)
+		require.GreaterOrEqual(t, got.Attempts, 2, "the first attempt's answer was lost")
+		require.Equal(t, 1, counts(t, state)["create_note"])
+	})
+
+	t.Run("DroppedDeduplicatedIsResent", func(t *testing.T) {
+		require.NoError(t, mcpupstream.SetFault(state, "send_message", mcpupstream.Fault{Mode: mcpupstream.FaultActThenDrop}))
+		_, _ = callTool(t, s, "notes_send_message", map[string]any{"to": "bo", "text": "hi", "idempotency_key": "h-msg-1"})
+		got := u.wait("h-msg-1", 60*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State, "%+v", got.Error)
+		require.GreaterOrEqual(t, got.Attempts, 2, "the first attempt's answer was lost")
+		msgs, err := mcpupstream.Messages(state)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1)
+	})
+
+	t.Run("UpstreamDownWaitsNotSent", func(t *testing.T) {
+		stop()
+		res, a := callTool(t, s, "notes_send_message", map[string]any{"to": "cy", "text": "later", "idempotency_key": "h-msg-2"})
+		require.False(t, res.IsError, "pending is no error")
+		require.Contains(t, []outbox.State{outbox.StatePending, outbox.StateRunning}, a.State)
+		// The attempt found no session: not sent, back to pending.
+		require.Eventually(t, func() bool {
+			got, err := u.client.Get(context.Background(), "", "h-msg-2")
+			return err == nil && got.Error != nil && got.Error.Code == "upstream_unavailable"
+		}, 30*time.Second, 100*time.Millisecond)
+		startHTTPUpstream(t, state, addr)
+		got := u.wait("h-msg-2", 90*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State, "%+v", got.Error)
+		msgs, err := mcpupstream.Messages(state)
+		require.NoError(t, err)
+		require.Len(t, msgs, 2)
+	})
 }

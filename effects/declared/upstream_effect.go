@@ -16,7 +16,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/effects"
 )
@@ -35,6 +38,9 @@ const (
 	CodeUpstreamToolMissing   = "upstream_tool_missing"
 	CodeUpstreamHTTPError     = "upstream_http_error"
 )
+
+// tracerName names the tracer of upstream calls' spans.
+const tracerName = "github.com/outbox-dev/outbox/effects/declared"
 
 // UpstreamTool is a recorded upstream tool: an effect of its mirrored name
 // whose attempt calls the upstream tool once.
@@ -413,6 +419,13 @@ func (c *UpstreamConn) call(ctx context.Context, tool string, args map[string]an
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, c.u.timeout)
 	defer cancel()
+	// A client span under the attempt's, from its tracer provider (a no-op
+	// with traces off): the tool's names, never its arguments.
+	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "tools/call "+tool,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", tool),
+			attribute.String("outbox.upstream", c.u.name)))
+	defer span.End()
 	ctx, probe := withProbe(ctx)
 	params := &mcp.CallToolParams{Name: tool, Arguments: args}
 	// The trace continues at the upstream: W3C trace context in _meta, as
@@ -424,8 +437,12 @@ func (c *UpstreamConn) call(ctx context.Context, tool string, args map[string]an
 	}
 	res, err := s.CallTool(ctx, params)
 	if err == nil {
+		if res.IsError {
+			span.SetStatus(codes.Error, "isError")
+		}
 		return res, nil, nil
 	}
+	span.SetStatus(codes.Error, "call failed")
 	probe.mu.Lock()
 	attempted, written, status, retryAfter := probe.attempted, probe.written, probe.status, probe.retryAfter
 	probe.mu.Unlock()
