@@ -205,9 +205,23 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 		return env, err
 	}
 
+	// An MCP server behind outbox (part 5), in this process on loopback.
+	up, err := startDemoUpstream(ctx, logger)
+	if err != nil {
+		return env, err
+	}
+	env.stops = append(env.stops, up.stop)
+	if err := up.register(registry); err != nil {
+		return env, err
+	}
+	env.Upstream = &demo.Upstream{URL: up.url, Tool: "create_note", Mirrored: "demo_create_note", Effects: up.notes}
+
 	// Gauges refreshed every second: someone who opens /metrics after the
 	// story should see it.
 	dcfg := daemonConfig(cfg, registry, logger)
+	for _, p := range up.catalog.Passthrough {
+		dcfg.MCPPassthrough = append(dcfg.MCPPassthrough, p)
+	}
 	dcfg.EffectTimeout = demo.ClientTimeout
 	dcfg.GaugeRefreshInterval = time.Second
 	dcfg.Workers = demo.Workers

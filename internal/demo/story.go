@@ -60,6 +60,8 @@ type Env struct {
 	// Token is the bearer token the agent sends, when tokens are
 	// configured.
 	Token string
+	// Upstream is the MCP server behind outbox (part 5).
+	Upstream *Upstream
 }
 
 // NewStory returns a telling of the story against env, written to out.
@@ -89,6 +91,7 @@ type Story struct {
 	outbox outboxLane
 	email  lostLane
 	ticket lostLane
+	mcp    mcpLane
 	checks []checkResult
 }
 
@@ -159,13 +162,19 @@ func (s *Story) Tell(ctx context.Context) error {
 	if err := s.approval(ctx); err != nil {
 		return err
 	}
+	if s.env.Upstream != nil {
+		s.out.Printf("\n5. An MCP server behind outbox, called by a host that dispatches every call twice\n")
+		if err := s.mcpUpstream(ctx); err != nil {
+			return err
+		}
+	}
 	s.printSummary()
 	return nil
 }
 
 // printSummary prints the table of calls made against effects performed.
 func (s *Story) printSummary() {
-	s.out.Printf("\n5. Calls made, against effects performed\n")
+	s.out.Printf("\n6. Calls made, against effects performed\n")
 	tw := s.out.Table()
 	fmt.Fprintf(tw, "   effect\tpath\tagent's calls\tprovider requests\teffects\toutcome\n")
 	fmt.Fprintf(tw, "   charge\twithout outbox\t%d\t%d\t%s\tthe failure: one purchase, charged twice\n",
@@ -176,6 +185,10 @@ func (s *Story) printSummary() {
 		len(s.email.calls), s.email.requests, plural(s.email.effects, "email"), s.email.final.stateLine())
 	fmt.Fprintf(tw, "   ticket\twith outbox\t%d\t%d (and 1 look-up)\t%s\t%s, reconciled\n",
 		len(s.ticket.calls), s.ticket.requests, plural(s.ticket.effects, "ticket"), s.ticket.final.stateLine())
+	if s.env.Upstream != nil {
+		fmt.Fprintf(tw, "   MCP note\twithout outbox\t2\t2\t%s\ta host that dispatches twice\n", plural(s.mcp.directEffects, "note"))
+		fmt.Fprintf(tw, "   MCP note\twith outbox\t2\t1\t%s\trecorded once, answered twice\n", plural(s.mcp.outboxEffects, "note"))
+	}
 	tw.Flush() //nolint:errcheck // the writer's errors are its own
 }
 
