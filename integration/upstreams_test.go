@@ -29,7 +29,7 @@ var (
 )
 
 // mcpupstreamBin builds the test upstream once per run.
-func mcpupstreamBin(t *testing.T) string {
+func mcpupstreamBin(t testing.TB) string {
 	t.Helper()
 	upstreamBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mcpupstream-bin-*")
@@ -339,7 +339,7 @@ const upstreamsHTTPFile = `upstreams:
 `
 
 // startHTTPUpstream starts the test upstream over HTTP on addr.
-func startHTTPUpstream(t *testing.T, state, addr string) (url string, stop func()) {
+func startHTTPUpstream(t testing.TB, state, addr string) (url string, stop func()) {
 	t.Helper()
 	cmd := exec.Command(mcpupstreamBin(t), "--http", addr)
 	cmd.Env = []string{mcpupstream.StateEnv + "=" + state}
@@ -358,7 +358,7 @@ func startHTTPUpstream(t *testing.T, state, addr string) (url string, stop func(
 }
 
 // freeAddr returns a loopback address nothing listens on (yet).
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
