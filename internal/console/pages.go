@@ -349,11 +349,15 @@ type intentView struct {
 	LookupHint       string
 	ProviderObjectID string
 	ResultJSON       string
-	Jobs             []*job
-	Timeline         []event
-	RiverUIPath      string
-	ExpiresAt        *time.Time
-	CanCancel        bool
+	// Upstream and UpstreamTool name the MCP upstream and its tool a
+	// recorded upstream call went to.
+	Upstream     string
+	UpstreamTool string
+	Jobs         []*job
+	Timeline     []event
+	RiverUIPath  string
+	ExpiresAt    *time.Time
+	CanCancel    bool
 }
 
 // event is one line of an intent's timeline.
@@ -394,6 +398,12 @@ func (h *Handler) intent(w http.ResponseWriter, r *http.Request, p *principal) {
 	}
 	if e, ok := h.client.Effects().Get(intent.Effect); ok {
 		v.Guarantee = string(effects.GuaranteeOf(e, intent.Args))
+		if u, ok := e.(interface {
+			UpstreamName() string
+			UpstreamTool() string
+		}); ok {
+			v.Upstream, v.UpstreamTool = u.UpstreamName(), u.UpstreamTool()
+		}
 	}
 	if intent.State == outbox.StateAwaitingApproval {
 		t := intent.CreatedAt.Add(h.approvalTTL)
