@@ -180,6 +180,15 @@ func TestUpstreams(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, notes, 1)
 		require.Contains(t, notes[0].Body, "outbox:"+a1.ProviderKey, "the marker carries the provider key")
+
+		// The console's page names the upstream and its tool.
+		resp, err := http.Get("http://" + p.addr + "/console/intents/default/note-1")
+		require.NoError(t, err)
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(page))
+		require.Contains(t, string(page), "MCP upstream")
+		require.Contains(t, string(page), "<code>create_note</code>")
 	})
 
 	t.Run("PassThrough", func(t *testing.T) {
