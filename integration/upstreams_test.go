@@ -321,6 +321,26 @@ func TestUpstreams(t *testing.T) {
 		t.Logf("upstreams: kill -9 mid-call: reconcilable intent %s, notes made %d", got.State, counts(t, u.state)["create_note"]-before)
 	})
 
+	t.Run("OverStdio", func(t *testing.T) {
+		// outboxd mcp mirrors the same tools; serve's workers carry out
+		// what it records.
+		cmd := exec.Command(outboxd(t), "mcp")
+		cmd.Env = u.vars
+		c := mcp.NewClient(&mcp.Implementation{Name: "stdio-host", Version: "1"}, nil)
+		sess, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+		require.NoError(t, err)
+		defer sess.Close()
+		res, err := sess.CallTool(context.Background(), &mcp.CallToolParams{Name: "notes_get_status", Arguments: map[string]any{}})
+		require.NoError(t, err)
+		require.False(t, res.IsError, "pass-through over stdio: %v", res.Content)
+		before := counts(t, u.state)["create_note"]
+		_, a := callTool(t, sess, "notes_create_note", map[string]any{"title": "stdio", "body": "x", "idempotency_key": "note-stdio"})
+		require.Contains(t, []outbox.State{outbox.StatePending, outbox.StateRunning, outbox.StateSucceeded}, a.State)
+		got := u.wait("note-stdio", 30*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State)
+		require.Equal(t, before+1, counts(t, u.state)["create_note"])
+	})
+
 	c := counts(t, u.state)
 	fmt.Printf("TestUpstreams: create_note=%d send_message=%d set_label calls, effects=%v\n", c["create_note"], c["send_message"], c)
 }
