@@ -64,7 +64,7 @@ func TestServeRefusesOpenAPI(t *testing.T) {
 	// With tokens (and River UI's credentials), any address will do (here,
 	// one that cannot be bound, which fails later and otherwise).
 	res := runEnv(t, with(bundle.env, "OUTBOX_HTTP_ADDR", "192.0.2.1:8080", "OUTBOX_API_TOKENS", "t0123456789abcdef0:ns",
-		"OUTBOX_UI_USER", "operator", "OUTBOX_UI_PASSWORD", "ui-password"), nil, "serve")
+		"OUTBOX_UI_USER", "operator", "OUTBOX_UI_PASSWORD", "ui-password-0123456"), nil, "serve")
 	require.Equal(t, 1, res.code)
 	require.Contains(t, lastLine(res.stderr), "error listening on 192.0.2.1:8080")
 	require.NotContains(t, res.stderr, "t:ns")
@@ -195,7 +195,8 @@ func TestServeRefusesOpenMode(t *testing.T) {
 }
 
 // Refused tokens are counted in outbox_http_auth_failures_total and logged
-// at most once a second per remote address, without what was presented.
+// at most once a second per remote address, without what was presented;
+// past ten, the address is slowed.
 func TestServeAuthFailures(t *testing.T) {
 	t.Parallel()
 
@@ -211,8 +212,18 @@ func TestServeAuthFailures(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 		require.NoError(t, resp.Body.Close())
 	}
+	// The eleventh guess from the address is slowed: 429 with
+	// Retry-After, the token not even checked (F10).
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/v1/intents", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer a-real-token-0123456")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.NoError(t, resp.Body.Close())
 	status, body := httpGet(t, "http://"+addr+"/metrics")
-	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, http.StatusOK, status, "a request without credentials is never slowed")
 	require.Contains(t, body, fmt.Sprintf("\noutbox_http_auth_failures_total %d\n", guesses))
 
 	require.Equal(t, 0, stop())

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"github.com/outbox-dev/outbox/internal/access"
 	"net"
 	"strings"
 
@@ -60,6 +61,11 @@ func checkUIAuth(cfg *Config) error {
 		return &ConfigError{Var: "OUTBOX_UI_PASSWORD", Message: "not set; expected " + fieldTag("UIPassword", "expect") + ", required when OUTBOX_UI_USER is set"}
 	case cfg.UIUser == "" && cfg.UIPassword != "":
 		return &ConfigError{Var: "OUTBOX_UI_USER", Message: "not set; expected " + fieldTag("UIUser", "expect") + ", required when OUTBOX_UI_PASSWORD is set"}
+	case cfg.UIPassword != "" && len(cfg.UIPassword) < access.TokenMinLength:
+		// The River UI user acts as an operator in the console (resolve,
+		// approve, bulk cancel): its password is held to the tokens'
+		// length, and failed tries are slowed per address.
+		return &ConfigError{Var: "OUTBOX_UI_PASSWORD", Message: fmt.Sprintf("is shorter than %d characters, the API tokens' minimum: the River UI user is an operator", access.TokenMinLength)}
 	case cfg.UIUser == "" && !loopbackListenAddr(uiAddr(cfg)):
 		variable := "OUTBOX_HTTP_ADDR"
 		if cfg.AdminAddr != "" {

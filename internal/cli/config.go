@@ -199,7 +199,7 @@ type Config struct {
 
 	// UIPassword is River UI's basic auth password, required with UIUser.
 	// Defaults to none.
-	UIPassword string `env:"OUTBOX_UI_PASSWORD" secret:"true" expect:"a password" help:"River UI (/riverui/) basic auth password"`
+	UIPassword string `env:"OUTBOX_UI_PASSWORD" secret:"true" expect:"a password of at least 16 characters" help:"River UI (/riverui/) basic auth password (at least 16 characters)"`
 
 	// UIUser is River UI's basic auth user. Without it (and UIPassword),
 	// serve listens only on loopback. Defaults to none.

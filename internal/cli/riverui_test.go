@@ -181,7 +181,11 @@ func TestServeRefusesRiverUI(t *testing.T) {
 		},
 		"UserWithoutPassword": {
 			env:  []string{"OUTBOX_UI_USER", "operator"},
-			line: "outboxd: OUTBOX_UI_PASSWORD: not set; expected a password, required when OUTBOX_UI_USER is set",
+			line: "outboxd: OUTBOX_UI_PASSWORD: not set; expected a password of at least 16 characters, required when OUTBOX_UI_USER is set",
+		},
+		"ShortPassword": {
+			env:  []string{"OUTBOX_UI_USER", "ops", "OUTBOX_UI_PASSWORD", "abc"},
+			line: "outboxd: OUTBOX_UI_PASSWORD: is shorter than 16 characters, the API tokens' minimum: the River UI user is an operator",
 		},
 		"PasswordWithoutUser": {
 			env:  []string{"OUTBOX_UI_PASSWORD", "hunter2"},

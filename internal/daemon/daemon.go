@@ -347,6 +347,9 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	handlerConfig := &httpHandlerConfig{
 		API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Console: consoleHandler, Logger: c.Logger,
 		Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.UIPassword, UIUser: c.UIUser,
+		// One budget of wrong credentials per address, across both
+		// listeners.
+		FailureLimiter: access.NewFailureLimiter(0, 0),
 	}
 	publicParts := partsAll
 	if adminListener != nil {

@@ -6,8 +6,11 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +18,7 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 )
@@ -35,6 +39,11 @@ type httpHandlerConfig struct {
 	// Console serves /console/, the operator console (package console),
 	// where River UI is served. Nil serves none.
 	Console http.Handler
+
+	// FailureLimiter slows each address that presents wrong credentials
+	// (a 401 to a request that carried any): beyond its budget, 429 with
+	// Retry-After, credentials unchecked. Nil slows nothing.
+	FailureLimiter *access.FailureLimiter
 
 	// Logger records River UI's changes (cancel, delete, retry, pause) with
 	// the user who made them. Defaults to a logger that discards.
@@ -70,6 +79,11 @@ const (
 // /metrics, River UI and the API's paths, or the public or admin share of
 // them when OUTBOX_ADMIN_ADDR splits them over two listeners.
 func newHTTPHandler(config *httpHandlerConfig, parts httpParts) http.Handler {
+	return slowFailures(newHTTPMux(config, parts), config.FailureLimiter)
+}
+
+// newHTTPMux is newHTTPHandler's routes.
+func newHTTPMux(config *httpHandlerConfig, parts httpParts) http.Handler {
 	mux := http.NewServeMux()
 	public, admin := parts != partsAdmin, parts != partsPublic
 	if admin {
@@ -185,3 +199,63 @@ func protectRiverUI(ui http.Handler, user, password string, logger *slog.Logger,
 		ui.ServeHTTP(w, r)
 	}))
 }
+
+// slowFailures answers 429 rate_limited with Retry-After, without looking at
+// its credentials, to a request that presents credentials from an address
+// that spent its budget of wrong credentials, and spends one for every 401 answered to a request
+// that presented credentials (a bearer token, basic auth, the console's
+// sign-in form). The API, the console and River UI share the budget.
+func slowFailures(next http.Handler, limiter *access.FailureLimiter) http.Handler {
+	if limiter == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := access.RemoteHost(r)
+		presented := r.Header.Get("Authorization") != "" || r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, console.Prefix+"/login")
+		// A request without credentials (a probe, /metrics, a browser's
+		// first request before its password prompt) is never slowed.
+		if wait := limiter.Wait(host); presented && wait > 0 {
+			secs := max(1, int(math.Ceil(wait.Seconds())))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = fmt.Fprintf(w, `{"error":{"code":"rate_limited","message":"too many wrong credentials from this address; retry after %d s"}}`+"\n", secs)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if presented && sw.status == http.StatusUnauthorized {
+			limiter.Failed(host)
+		}
+	})
+}
+
+// statusWriter records the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush passes flushes on: /mcp and long polls stream.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
