@@ -313,12 +313,45 @@ func TestUpstreams(t *testing.T) {
 		_, err = mcpupstream.WaitStarted(ctx, u.state, "create_note", started["create_note"]+1)
 		require.NoError(t, err, "the fault landed in a call under way")
 		p.kill9()
-		p2 := u.serve()
-		_ = p2
+		p = u.serve()
 		got := u.wait("note-4", 90*time.Second)
 		require.Equal(t, outbox.StateSucceeded, got.State, "looked up, not found, sent again: %+v", got.Error)
 		require.Equal(t, before+1, counts(t, u.state)["create_note"], "one note")
 		t.Logf("upstreams: kill -9 mid-call: reconcilable intent %s, notes made %d", got.State, counts(t, u.state)["create_note"]-before)
+	})
+
+	t.Run("DriftWithdrawsUntilRestored", func(t *testing.T) {
+		// The upstream changes send_message's schema under the same name:
+		// outbox withdraws it (list_changed), its calls wait not_sent, a
+		// description change alone is no drift, and the pinned listing
+		// back restores it.
+		require.NoError(t, mcpupstream.SetDrift(u.state, mcpupstream.Drift{Changed: []string{"send_message"}, Described: []string{"create_note"}}))
+		t.Cleanup(func() { _ = mcpupstream.SetDrift(u.state, mcpupstream.Drift{}) })
+		s2 := mcpClient(t, p)
+		require.Eventually(t, func() bool {
+			res, err := s2.CallTool(context.Background(), &mcp.CallToolParams{Name: "notes_list_notes", Arguments: map[string]any{}})
+			_ = res
+			return err == nil && strings.Contains(p.output(), "upstream tool withdrawn")
+		}, 30*time.Second, 100*time.Millisecond, "withdrawn on list_changed")
+		require.NotContains(t, p.output(), `tool=create_note code=upstream_drift`, "a description is no drift")
+		_, a := callTool(t, s2, "notes_send_message", map[string]any{"to": "eve", "text": "drift", "idempotency_key": "msg-drift"})
+		require.NotEqual(t, outbox.StateSucceeded, a.State)
+		require.Eventually(t, func() bool {
+			got, err := u.client.Get(context.Background(), "", "msg-drift")
+			return err == nil && got.Error != nil && got.Error.Code == "upstream_drift"
+		}, 30*time.Second, 100*time.Millisecond)
+		require.NoError(t, mcpupstream.SetDrift(u.state, mcpupstream.Drift{}))
+		got := u.wait("msg-drift", 90*time.Second)
+		require.Equal(t, outbox.StateSucceeded, got.State, "%+v", got.Error)
+		status, body := func() (int, string) {
+			resp, err := http.Get("http://" + p.addr + "/metrics")
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}()
+		require.Equal(t, http.StatusOK, status)
+		require.Contains(t, body, `outbox_upstream_drift_total{tool="send_message",upstream="notes"}`)
 	})
 
 	t.Run("OverStdio", func(t *testing.T) {
