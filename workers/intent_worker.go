@@ -32,7 +32,9 @@ func (IntentArgs) Kind() string { return "outbox_intent" }
 
 // Defaults of IntentWorkerConfig.
 const (
-	EffectTimeoutDefault = 30 * time.Second
+	// EffectTimeoutDefault is effects.TimeoutDefault, which declared
+	// effects bound their requests' timeouts by too.
+	EffectTimeoutDefault = effects.TimeoutDefault
 	MaxAttemptsDefault   = 25
 )
 

@@ -33,7 +33,7 @@ const ProviderKeyLength = 47
 // Config configures Load and Parse.
 type Config struct {
 	// EffectTimeout is OUTBOX_EFFECT_TIMEOUT: a request's default and
-	// maximum timeout. Defaults to 30 s.
+	// maximum timeout. Defaults to effects.TimeoutDefault.
 	EffectTimeout time.Duration
 
 	// HTTPClient sends the requests. It must not follow redirects.
@@ -90,7 +90,7 @@ func Parse(file string, data []byte, config *Config) ([]*Effect, error) {
 		cfg = *config
 	}
 	if cfg.EffectTimeout <= 0 {
-		cfg.EffectTimeout = 30 * time.Second
+		cfg.EffectTimeout = effects.TimeoutDefault
 	}
 	if cfg.LookupEnv == nil {
 		cfg.LookupEnv = os.LookupEnv

@@ -74,7 +74,7 @@ type Config struct {
 	ApprovalWebhook string `env:"OUTBOX_APPROVAL_WEBHOOK" expect:"the name of an endpoint of OUTBOX_WEBHOOKS" help:"webhook endpoint (a name of OUTBOX_WEBHOOKS) told of every intent awaiting approval"`
 
 	// AutoKeyWindow is the window of MCP's automatic idempotency key.
-	// Defaults to 10m. Not used yet.
+	// Defaults to 10m.
 	AutoKeyWindow time.Duration `env:"OUTBOX_AUTO_KEY_WINDOW, default=10m" expect:"a positive duration such as 10m" help:"window of the automatic MCP key: identical keyless tool calls within it are one action"`
 
 	// AutoMigrate lets serve apply pending migrations at start. Defaults to
@@ -236,6 +236,15 @@ type Config struct {
 	// sandbox does: the demo sets it.
 	loopbackEffects bool
 }
+
+// Defaults of outboxd's own settings; every other setting's default is a
+// constant of the package that takes it (TestEnvDefaults holds the tags to
+// them).
+const (
+	HTTPAddrDefault  = "127.0.0.1:8080"
+	LogFormatDefault = "text"
+	LogLevelDefault  = "info"
+)
 
 // workersMax bounds OUTBOX_WORKERS, and so serve's pool size.
 const workersMax = 10000

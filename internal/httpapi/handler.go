@@ -42,7 +42,7 @@ type Config struct {
 	AuthFailureFunc func()
 
 	// AutoKeyWindow is the window of /mcp's automatic key (see
-	// mcpserver.Config). Defaults to mcpserver.AutoKeyWindowDefault.
+	// mcpserver.Config). Defaults to keyguard.WindowDefault.
 	AutoKeyWindow time.Duration
 
 	// Logger receives the handler's diagnostics: server-side failures, never
@@ -177,7 +177,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	}
 	window := config.AutoKeyWindow
 	if window == 0 {
-		window = mcpserver.AutoKeyWindowDefault
+		window = keyguard.WindowDefault
 	}
 	if h.guard, err = keyguard.New(pool, client, &keyguard.Config{
 		Mode: config.ModelKeyGuard, ObserverFunc: config.PossibleDuplicateFunc, Window: window,

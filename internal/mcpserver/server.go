@@ -19,10 +19,6 @@ import (
 )
 
 const (
-	// AutoKeyWindowDefault is the automatic key's window when
-	// Config.AutoKeyWindow is zero: OUTBOX_AUTO_KEY_WINDOW's default.
-	AutoKeyWindowDefault = 10 * time.Minute
-
 	// ListLimitDefault is list_intents' page size when the call names none:
 	// smaller than the HTTP API's, because every intent listed costs the
 	// model context.
@@ -56,7 +52,7 @@ type Config struct {
 
 	// AutoKeyWindow is the window of the automatic key: identical calls
 	// without idempotency_key within this long of the first are one action.
-	// Defaults to AutoKeyWindowDefault.
+	// Defaults to keyguard.WindowDefault.
 	AutoKeyWindow time.Duration
 
 	// Logger receives the server's diagnostics. Arguments and keys are never
@@ -150,7 +146,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		s.actorDefault = access.CLIActor()
 	}
 	if s.autoKeyWindow == 0 {
-		s.autoKeyWindow = AutoKeyWindowDefault
+		s.autoKeyWindow = keyguard.WindowDefault
 	}
 	if s.autoKeyWindow < 0 {
 		return nil, fmt.Errorf("mcpserver: AutoKeyWindow must be positive, not %s", s.autoKeyWindow)
