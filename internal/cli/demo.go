@@ -208,9 +208,9 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 	// Gauges refreshed every second: someone who opens /metrics after the
 	// story should see it.
 	dcfg := daemonConfig(cfg, registry, logger)
-	dcfg.EffectTimeout = demo.ClientTimeout
+	dcfg.Dispatcher.EffectTimeout = demo.ClientTimeout
 	dcfg.GaugeRefreshInterval = time.Second
-	dcfg.Workers = demo.Workers
+	dcfg.Dispatcher.Workers = demo.Workers
 	dcfg.ApprovalRules, err = outbox.ParseApprovalRules(demo.ApprovalRule)
 	if err != nil {
 		return env, err
