@@ -70,6 +70,27 @@ type Config struct {
 	Retention time.Duration
 }
 
+// withDefaults returns a copy of c with every zero setting at its default.
+// A non-positive EffectTimeout is taken as unset.
+func (c *Config) withDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	if out.EffectTimeout <= 0 {
+		out.EffectTimeout = effects.TimeoutDefault
+	}
+	if out.LookupEnv == nil {
+		out.LookupEnv = os.LookupEnv
+	}
+	if out.HTTPClient == nil {
+		out.HTTPClient = httpsend.NewClient(64)
+	} else {
+		out.HTTPClient = httpsend.Wrap(out.HTTPClient)
+	}
+	return &out
+}
+
 // Load reads and checks the effects file at path (YAML 1.2 or JSON). Its
 // error is a FileErrors: every problem found.
 func Load(path string, config *Config) ([]*Effect, error) {
@@ -85,22 +106,7 @@ var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // Parse checks a file's contents; file names it in errors. Its error is a
 // FileErrors: every problem found, by line.
 func Parse(file string, data []byte, config *Config) ([]*Effect, error) {
-	cfg := Config{}
-	if config != nil {
-		cfg = *config
-	}
-	if cfg.EffectTimeout <= 0 {
-		cfg.EffectTimeout = effects.TimeoutDefault
-	}
-	if cfg.LookupEnv == nil {
-		cfg.LookupEnv = os.LookupEnv
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = httpsend.NewClient(64)
-	} else {
-		cfg.HTTPClient = httpsend.Wrap(cfg.HTTPClient)
-	}
-
+	cfg := config.withDefaults()
 	astFile, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		return nil, FileErrors{yamlError(file, err)}
@@ -109,7 +115,7 @@ func Parse(file string, data []byte, config *Config) ([]*Effect, error) {
 	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
 		return nil, FileErrors{yamlError(file, err)}
 	}
-	l := &loader{file: file, ast: astFile, cfg: &cfg}
+	l := &loader{file: file, ast: astFile, cfg: cfg}
 	effs := l.declarations(doc)
 	if len(l.problems) > 0 {
 		return nil, l.problems.sorted()
