@@ -235,10 +235,12 @@ type Config struct {
 	loopbackEffects bool
 
 	// What validate parsed, kept so that no value is parsed twice:
-	// Approval's rules (nil when unset), LogLevel, RateLimit, the tokens of
-	// APITokens and APITokensFile, and Webhooks' endpoints.
+	// Approval's rules (nil when unset), LogLevel, DatabaseURL (nil when
+	// unset; connect takes a copy), RateLimit, the tokens of APITokens and
+	// APITokensFile, and Webhooks' endpoints.
 	approvalRules []outbox.ApprovalRule
 	logLevel      slog.Level
+	poolConfig    *pgxpool.Config
 	rateLimit     httpapi.RateLimit
 	tokens        []access.Token
 	webhooks      []webhook.Endpoint
@@ -331,7 +333,11 @@ func fieldOfVar(name string) (string, bool) {
 // validate checks what go-envconfig's decoding does not: ranges, enums and
 // formats.
 func (c *Config) validate(lookuper envconfig.Lookuper) error {
-	var levelErr, rateErr error
+	var dbErr, levelErr, rateErr error
+	c.poolConfig = nil
+	if c.DatabaseURL != "" {
+		c.poolConfig, dbErr = parseDatabaseURL(c.DatabaseURL)
+	}
 	c.logLevel, levelErr = parseLevel(c.LogLevel)
 	c.rateLimit, rateErr = ParseRateLimit(c.RateLimit)
 	checks := []struct {
@@ -340,7 +346,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 	}{
 		{"ApprovalTTL", c.ApprovalTTL > 0},
 		{"AutoKeyWindow", c.AutoKeyWindow > 0},
-		{"DatabaseURL", c.DatabaseURL == "" || validDatabaseURL(c.DatabaseURL)},
+		{"DatabaseURL", dbErr == nil},
 		{"EffectTimeout", c.EffectTimeout > 0},
 		{"EffectsFile", c.EffectsFile == "" || readableFile(c.EffectsFile)},
 		{"HeartbeatInterval", c.HeartbeatInterval > 0},
@@ -439,6 +445,17 @@ func (c *Config) validateWebhooks() error {
 		return &ConfigError{Var: envName("Webhooks"), Message: "expected " + fieldTag("Webhooks", "expect") + "; " + err.Error()}
 	}
 	c.webhooks = eps
+	return nil
+}
+
+// setDatabaseURL sets DatabaseURL after loadConfig (the demo's throwaway
+// cluster), parsing it as validate does.
+func (c *Config) setDatabaseURL(url string) error {
+	poolConfig, err := parseDatabaseURL(url)
+	if err != nil {
+		return err
+	}
+	c.DatabaseURL, c.poolConfig = url, poolConfig
 	return nil
 }
 
@@ -570,11 +587,6 @@ func validHTTPURL(s string) bool {
 
 func validWebhookSecret(s string) bool {
 	_, err := webhook.ParseSecret(s)
-	return err == nil
-}
-
-func validDatabaseURL(url string) bool {
-	_, err := parseDatabaseURL(url)
 	return err == nil
 }
 

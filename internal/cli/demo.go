@@ -166,7 +166,9 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 			return env, fmt.Errorf("error starting a throwaway PostgreSQL (set DATABASE_URL to use a database of yours): %w", err)
 		}
 		env.stops = append(env.stops, func() { _ = cluster.Stop(context.Background()) })
-		cfg.DatabaseURL = cluster.URL()
+		if err := cfg.setDatabaseURL(cluster.URL()); err != nil {
+			return env, err
+		}
 		cfg.Schema = outbox.SchemaDefault
 		dbLine = "a throwaway PostgreSQL on a Unix socket in " + cluster.SocketDir() + " (no TCP listener), removed on exit"
 	}
