@@ -161,56 +161,65 @@ type Dispatcher struct {
 	stopped       bool
 }
 
-// New returns a Dispatcher; Start runs it.
-func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
-	if config == nil || config.Effects == nil {
-		return nil, errors.New("dispatcher: Effects must be set")
+// WithDefaults returns a copy of c with every zero setting at its default,
+// as River's Config.WithDefaults does. A nil c is the zero Config.
+func (c *Config) WithDefaults() *Config {
+	if c == nil {
+		c = &Config{}
 	}
-	c := *config
-	if c.ApprovalTTL == 0 {
-		c.ApprovalTTL = workers.ApprovalTTLDefault
+	out := *c
+	if out.ApprovalTTL == 0 {
+		out.ApprovalTTL = workers.ApprovalTTLDefault
 	}
-	if c.DrainBatchSize == 0 {
-		c.DrainBatchSize = DrainBatchSizeDefault
+	if out.DrainBatchSize == 0 {
+		out.DrainBatchSize = DrainBatchSizeDefault
 	}
-	if c.DrainPollInterval == 0 {
-		c.DrainPollInterval = DrainPollIntervalDefault
+	if out.DrainPollInterval == 0 {
+		out.DrainPollInterval = DrainPollIntervalDefault
 	}
-	if c.EffectTimeout == 0 {
-		c.EffectTimeout = workers.EffectTimeoutDefault
+	if out.EffectTimeout == 0 {
+		out.EffectTimeout = workers.EffectTimeoutDefault
 	}
-	if c.FetchCooldown == 0 {
-		c.FetchCooldown = FetchCooldownDefault
+	if out.FetchCooldown == 0 {
+		out.FetchCooldown = FetchCooldownDefault
 	}
-	if c.FetchPollInterval == 0 {
-		c.FetchPollInterval = FetchPollIntervalDefault
+	if out.FetchPollInterval == 0 {
+		out.FetchPollInterval = FetchPollIntervalDefault
 	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = HeartbeatIntervalDefault
+	if out.HeartbeatInterval == 0 {
+		out.HeartbeatInterval = HeartbeatIntervalDefault
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = workers.MaxAttemptsDefault
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = workers.MaxAttemptsDefault
 	}
-	if c.Metrics == nil {
-		c.Metrics = workers.NewMetrics(nil)
+	if out.Metrics == nil {
+		out.Metrics = workers.NewMetrics(nil)
 	}
-	if c.PruneInterval == 0 {
-		c.PruneInterval = PruneIntervalDefault
+	if out.PruneInterval == 0 {
+		out.PruneInterval = PruneIntervalDefault
 	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = workers.ReconcileIntervalDefault
+	if out.ReconcileInterval == 0 {
+		out.ReconcileInterval = workers.ReconcileIntervalDefault
 	}
-	if c.Retention == 0 {
-		c.Retention = workers.RetentionDefault
+	if out.Retention == 0 {
+		out.Retention = workers.RetentionDefault
 	}
-	if c.Schema == "" {
-		c.Schema = migrations.SchemaDefault
+	if out.Schema == "" {
+		out.Schema = migrations.SchemaDefault
 	}
-	if c.Workers == 0 {
-		c.Workers = WorkersDefault
+	if out.Workers == 0 {
+		out.Workers = WorkersDefault
+	}
+	return &out
+}
+
+// validate checks a Config with its defaults.
+func (c *Config) validate() error {
+	if c.Effects == nil {
+		return errors.New("dispatcher: Effects must be set")
 	}
 	// Named one by one, as River's config errors are: a caller reads which
 	// field to fix.
@@ -224,11 +233,20 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		{"ReconcileInterval", c.ReconcileInterval < 0}, {"Retention", c.Retention < 0}, {"Workers", c.Workers < 0},
 	} {
 		if f.negative {
-			return nil, fmt.Errorf("dispatcher: Config.%s must be positive", f.name)
+			return fmt.Errorf("dispatcher: Config.%s must be positive", f.name)
 		}
 	}
 	if len(c.Effects.Names()) == 0 {
-		return nil, errors.New("dispatcher: no effect is enabled")
+		return errors.New("dispatcher: no effect is enabled")
+	}
+	return nil
+}
+
+// New returns a Dispatcher; Start runs it.
+func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
+	c := *config.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 
 	worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{

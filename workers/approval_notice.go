@@ -48,7 +48,8 @@ type ApprovalNotice struct {
 type ApprovalNoticeWorkerConfig struct {
 	// Endpoint is the webhook endpoint told. Required.
 	Endpoint string
-	// TTL is OUTBOX_APPROVAL_TTL, for the notice's expires_at. Required.
+	// TTL is how long an intent may await approval, for the notice's
+	// expires_at. Defaults to ApprovalTTLDefault.
 	TTL time.Duration
 	// Webhook is the webhook effect, which signs and sends. Required.
 	Webhook effects.Effect
@@ -72,26 +73,47 @@ type ApprovalNoticeWorker struct {
 	webhook  effects.Effect
 }
 
+// withDefaults returns a copy of c with every zero setting at its default.
+func (c *ApprovalNoticeWorkerConfig) withDefaults() *ApprovalNoticeWorkerConfig {
+	if c == nil {
+		c = &ApprovalNoticeWorkerConfig{}
+	}
+	out := *c
+	if out.Schema == "" {
+		out.Schema = outbox.SchemaDefault
+	}
+	if out.TTL == 0 {
+		out.TTL = ApprovalTTLDefault
+	}
+	return &out
+}
+
+// validate checks a config with its defaults, and that the webhook effect
+// knows the endpoint.
+func (c *ApprovalNoticeWorkerConfig) validate() error {
+	if c.Webhook == nil || c.Endpoint == "" || c.TTL < 0 {
+		return errors.New("workers: Endpoint and Webhook must be set, and TTL positive")
+	}
+	probe, _ := json.Marshal(map[string]any{"endpoint": c.Endpoint, "payload": map[string]any{}}) //nolint:errchkjson // plain values
+	if err := c.Webhook.ValidateArgs(probe); err != nil {
+		return fmt.Errorf("approval webhook: %w", err)
+	}
+	return nil
+}
+
 // NewApprovalNoticeWorker returns an ApprovalNoticeWorker. It checks that
 // the webhook effect knows the endpoint.
 func NewApprovalNoticeWorker(pool *pgxpool.Pool, config *ApprovalNoticeWorkerConfig) (*ApprovalNoticeWorker, error) {
-	if config == nil || config.Webhook == nil || config.Endpoint == "" || config.TTL <= 0 {
-		return nil, errors.New("workers: Endpoint, TTL and Webhook must be set")
-	}
-	probe, _ := json.Marshal(map[string]any{"endpoint": config.Endpoint, "payload": map[string]any{}}) //nolint:errchkjson // plain values
-	if err := config.Webhook.ValidateArgs(probe); err != nil {
-		return nil, fmt.Errorf("approval webhook: %w", err)
-	}
-	schema := config.Schema
-	if schema == "" {
-		schema = outbox.SchemaDefault
+	c := config.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	return &ApprovalNoticeWorker{
-		endpoint: config.Endpoint,
+		endpoint: c.Endpoint,
 		pool:     pool,
-		queries:  intentdb.New(schema),
-		ttl:      config.TTL,
-		webhook:  config.Webhook,
+		queries:  intentdb.New(c.Schema),
+		ttl:      c.TTL,
+		webhook:  c.Webhook,
 	}, nil
 }
 

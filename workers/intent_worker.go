@@ -32,7 +32,9 @@ func (IntentArgs) Kind() string { return "outbox_intent" }
 
 // Defaults of IntentWorkerConfig.
 const (
-	EffectTimeoutDefault = 30 * time.Second
+	// EffectTimeoutDefault is effects.TimeoutDefault, which declared
+	// effects bound their requests' timeouts by too.
+	EffectTimeoutDefault = effects.TimeoutDefault
 	MaxAttemptsDefault   = 25
 )
 
@@ -103,46 +105,61 @@ type IntentWorker struct {
 	store    *store
 }
 
+// withDefaults returns a copy of c with every zero setting at its default.
+func (c *IntentWorkerConfig) withDefaults() *IntentWorkerConfig {
+	if c == nil {
+		c = &IntentWorkerConfig{}
+	}
+	out := *c
+	if out.EffectTimeout == 0 {
+		out.EffectTimeout = EffectTimeoutDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = MaxAttemptsDefault
+	}
+	if out.Metrics == nil {
+		out.Metrics = NewMetrics(nil)
+	}
+	if out.Schema == "" {
+		out.Schema = outbox.SchemaDefault
+	}
+	if out.TracerProvider == nil {
+		out.TracerProvider = otel.GetTracerProvider()
+	}
+	return &out
+}
+
+// validate checks a config with its defaults.
+func (c *IntentWorkerConfig) validate() error {
+	switch {
+	case c.Effects == nil:
+		return errors.New("workers: Effects must be set")
+	case c.EffectTimeout < 0:
+		return errors.New("workers: EffectTimeout must be positive")
+	case c.MaxAttempts < 0:
+		return errors.New("workers: MaxAttempts must be positive")
+	}
+	return nil
+}
+
 // NewIntentWorker returns an IntentWorker.
 func NewIntentWorker(pool *pgxpool.Pool, config *IntentWorkerConfig) (*IntentWorker, error) {
-	if config == nil || config.Effects == nil {
-		return nil, errors.New("workers: Effects must be set")
+	c := config.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	w := &IntentWorker{
-		effectTimeout: config.EffectTimeout,
-		effects:       config.Effects,
-		logger:        config.Logger,
-		maxAttempts:   config.MaxAttempts,
-		metrics:       config.Metrics,
+		effectTimeout: c.EffectTimeout,
+		effects:       c.Effects,
+		logger:        c.Logger,
+		maxAttempts:   c.MaxAttempts,
+		metrics:       c.Metrics,
+		tracer:        c.TracerProvider.Tracer(TracerName),
 	}
-	if w.effectTimeout == 0 {
-		w.effectTimeout = EffectTimeoutDefault
-	}
-	if w.effectTimeout < 0 {
-		return nil, errors.New("workers: EffectTimeout must be positive")
-	}
-	if w.logger == nil {
-		w.logger = slog.New(slog.DiscardHandler)
-	}
-	if w.maxAttempts == 0 {
-		w.maxAttempts = MaxAttemptsDefault
-	}
-	if w.maxAttempts < 0 {
-		return nil, errors.New("workers: MaxAttempts must be positive")
-	}
-	if w.metrics == nil {
-		w.metrics = NewMetrics(nil)
-	}
-	tp := config.TracerProvider
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	w.tracer = tp.Tracer(TracerName)
-	schema := config.Schema
-	if schema == "" {
-		schema = outbox.SchemaDefault
-	}
-	st := &store{pool: pool, queries: intentdb.New(schema)}
+	st := &store{pool: pool, queries: intentdb.New(c.Schema)}
 	// A batch's statement gets the effect timeout as its deadline: long
 	// enough for a loaded database, short enough that a dead one releases
 	// the workers to River's retry.

@@ -54,30 +54,42 @@ type PruneWorker struct {
 	retention time.Duration
 }
 
+// withDefaults returns a copy of c with every zero setting at its default.
+func (c *PruneWorkerConfig) withDefaults() *PruneWorkerConfig {
+	if c == nil {
+		c = &PruneWorkerConfig{}
+	}
+	out := *c
+	if out.BatchSize == 0 {
+		out.BatchSize = PruneBatchSizeDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Retention == 0 {
+		out.Retention = RetentionDefault
+	}
+	if out.Schema == "" {
+		out.Schema = outbox.SchemaDefault
+	}
+	return &out
+}
+
+// validate checks a config with its defaults.
+func (c *PruneWorkerConfig) validate() error {
+	if c.BatchSize < 0 || c.Retention < 0 {
+		return errors.New("workers: BatchSize and Retention must be positive")
+	}
+	return nil
+}
+
 // NewPruneWorker returns a PruneWorker.
 func NewPruneWorker(pool *pgxpool.Pool, config *PruneWorkerConfig) (*PruneWorker, error) {
-	if config == nil {
-		config = &PruneWorkerConfig{}
+	c := config.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	w := &PruneWorker{batchSize: config.BatchSize, logger: config.Logger, pool: pool, retention: config.Retention}
-	if w.batchSize == 0 {
-		w.batchSize = PruneBatchSizeDefault
-	}
-	if w.logger == nil {
-		w.logger = slog.New(slog.DiscardHandler)
-	}
-	if w.retention == 0 {
-		w.retention = RetentionDefault
-	}
-	if w.batchSize < 0 || w.retention < 0 {
-		return nil, errors.New("workers: BatchSize and Retention must be positive")
-	}
-	schema := config.Schema
-	if schema == "" {
-		schema = outbox.SchemaDefault
-	}
-	w.queries = intentdb.New(schema)
-	return w, nil
+	return &PruneWorker{batchSize: c.BatchSize, logger: c.Logger, pool: pool, queries: intentdb.New(c.Schema), retention: c.Retention}, nil
 }
 
 // Work prunes in batches until a batch comes back short.

@@ -103,44 +103,60 @@ type ReconcileWorker struct {
 	queries     *intentdb.Queries
 }
 
+// withDefaults returns a copy of c with every zero setting at its default.
+func (c *ReconcileWorkerConfig) withDefaults() *ReconcileWorkerConfig {
+	if c == nil {
+		c = &ReconcileWorkerConfig{}
+	}
+	out := *c
+	if out.ApprovalTTL == 0 {
+		out.ApprovalTTL = ApprovalTTLDefault
+	}
+	if out.BatchSize == 0 {
+		out.BatchSize = ReconcileBatchSizeDefault
+	}
+	if out.Interval == 0 {
+		out.Interval = ReconcileIntervalDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Metrics == nil {
+		out.Metrics = NewMetrics(nil)
+	}
+	if out.Schema == "" {
+		out.Schema = outbox.SchemaDefault
+	}
+	return &out
+}
+
+// validate checks a config with its defaults.
+func (c *ReconcileWorkerConfig) validate() error {
+	if c.Effects == nil {
+		return errors.New("workers: Effects must be set")
+	}
+	if c.BatchSize < 0 || c.Interval < 0 || c.ApprovalTTL < 0 {
+		return errors.New("workers: ApprovalTTL, BatchSize and Interval must be positive")
+	}
+	return nil
+}
+
 // NewReconcileWorker returns a ReconcileWorker.
 func NewReconcileWorker(pool *pgxpool.Pool, config *ReconcileWorkerConfig) (*ReconcileWorker, error) {
-	if config == nil || config.Effects == nil {
-		return nil, errors.New("workers: Effects must be set")
+	c := config.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	w := &ReconcileWorker{
-		approvalTTL: config.ApprovalTTL,
-		batchSize:   config.BatchSize,
-		effects:     config.Effects,
-		interval:    config.Interval,
-		logger:      config.Logger,
-		metrics:     config.Metrics,
+	return &ReconcileWorker{
+		approvalTTL: c.ApprovalTTL,
+		batchSize:   c.BatchSize,
+		effects:     c.Effects,
+		interval:    c.Interval,
+		logger:      c.Logger,
+		metrics:     c.Metrics,
 		pool:        pool,
-	}
-	if w.batchSize == 0 {
-		w.batchSize = ReconcileBatchSizeDefault
-	}
-	if w.interval == 0 {
-		w.interval = ReconcileIntervalDefault
-	}
-	if w.approvalTTL == 0 {
-		w.approvalTTL = ApprovalTTLDefault
-	}
-	if w.batchSize < 0 || w.interval < 0 || w.approvalTTL < 0 {
-		return nil, errors.New("workers: ApprovalTTL, BatchSize and Interval must be positive")
-	}
-	if w.logger == nil {
-		w.logger = slog.New(slog.DiscardHandler)
-	}
-	if w.metrics == nil {
-		w.metrics = NewMetrics(nil)
-	}
-	schema := config.Schema
-	if schema == "" {
-		schema = outbox.SchemaDefault
-	}
-	w.queries = intentdb.New(schema)
-	return w, nil
+		queries:     intentdb.New(c.Schema),
+	}, nil
 }
 
 // Work repairs every stranded intent, expires approvals nobody gave in

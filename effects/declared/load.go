@@ -33,7 +33,7 @@ const ProviderKeyLength = 47
 // Config configures Load and Parse.
 type Config struct {
 	// EffectTimeout is OUTBOX_EFFECT_TIMEOUT: a request's default and
-	// maximum timeout. Defaults to 30 s.
+	// maximum timeout. Defaults to effects.TimeoutDefault.
 	EffectTimeout time.Duration
 
 	// HTTPClient sends the requests. It must not follow redirects.
@@ -68,6 +68,27 @@ type Config struct {
 	// new action while the provider still remembers it). Zero skips the
 	// check.
 	Retention time.Duration
+}
+
+// withDefaults returns a copy of c with every zero setting at its default.
+// A non-positive EffectTimeout is taken as unset.
+func (c *Config) withDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	if out.EffectTimeout <= 0 {
+		out.EffectTimeout = effects.TimeoutDefault
+	}
+	if out.LookupEnv == nil {
+		out.LookupEnv = os.LookupEnv
+	}
+	if out.HTTPClient == nil {
+		out.HTTPClient = httpsend.NewClient(64)
+	} else {
+		out.HTTPClient = httpsend.Wrap(out.HTTPClient)
+	}
+	return &out
 }
 
 // Load reads and checks the effects file at path (YAML 1.2 or JSON). Its
@@ -116,22 +137,7 @@ func LoadFile(path string, config *Config) (*File, error) {
 // ParseFile checks a file's contents: its effects and its upstreams. Its
 // error is a FileErrors.
 func ParseFile(file string, data []byte, config *Config) (*File, error) {
-	cfg := Config{}
-	if config != nil {
-		cfg = *config
-	}
-	if cfg.EffectTimeout <= 0 {
-		cfg.EffectTimeout = 30 * time.Second
-	}
-	if cfg.LookupEnv == nil {
-		cfg.LookupEnv = os.LookupEnv
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = httpsend.NewClient(64)
-	} else {
-		cfg.HTTPClient = httpsend.Wrap(cfg.HTTPClient)
-	}
-
+	cfg := config.withDefaults()
 	astFile, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		return nil, FileErrors{yamlError(file, err)}
@@ -140,7 +146,7 @@ func ParseFile(file string, data []byte, config *Config) (*File, error) {
 	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
 		return nil, FileErrors{yamlError(file, err)}
 	}
-	l := &loader{file: file, ast: astFile, cfg: &cfg}
+	l := &loader{file: file, ast: astFile, cfg: cfg}
 	f := l.declarations(doc)
 	if len(l.problems) > 0 {
 		return nil, l.problems.sorted()

@@ -97,15 +97,12 @@ func (l *loader) request(e *Effect, m orderedMap, field string, lookup bool, fai
 		}
 	}
 	if b, ok := m.get("body"); ok {
-		switch {
-		case method == http.MethodGet:
+		if method == http.MethodGet {
 			errs.add(fail(field+".body", "a GET sends no body"))
-		default:
-			if d.body, err = compileBody(b, lookup); err != nil {
-				errs.add(fail(field+".body", "%v", err))
-			} else if d.form && !d.body.isObj {
-				errs.add(fail(field+".body", "a form body is a mapping"))
-			}
+		} else if d.body, err = compileBody(b, lookup); err != nil {
+			errs.add(fail(field+".body", "%v", err))
+		} else if d.form && !d.body.isObj {
+			errs.add(fail(field+".body", "a form body is a mapping"))
 		}
 	}
 	if t, ok := m.get("timeout"); ok {

@@ -33,10 +33,13 @@ const (
 	TLSImplicit TLSMode = "tls"
 	// TLSNone sends in the clear: for a local relay or a sandbox only.
 	TLSNone TLSMode = "none"
+
+	// TLSDefault is Config.TLS's default.
+	TLSDefault = TLSStartTLS
 )
 
 // timeoutDefault bounds an attempt whose context has no deadline.
-const timeoutDefault = 30 * time.Second
+const timeoutDefault = effects.TimeoutDefault
 
 // Limits of the arguments.
 const (
@@ -60,7 +63,7 @@ type Config struct {
 	// Password is AUTH's password, used with User. Defaults to none.
 	Password string
 
-	// TLS is how the connection is secured. Defaults to TLSStartTLS.
+	// TLS is how the connection is secured. Defaults to TLSDefault.
 	TLS TLSMode
 
 	// TLSConfig configures TLS (a private CA in tests). Defaults to one that
@@ -115,7 +118,7 @@ func New(config *Config) (*Effect, error) {
 		user:     config.User,
 	}
 	if e.tlsMode == "" {
-		e.tlsMode = TLSStartTLS
+		e.tlsMode = TLSDefault
 	}
 	switch e.tlsMode {
 	case TLSStartTLS, TLSImplicit, TLSNone:

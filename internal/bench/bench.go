@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/migrations"
 )
@@ -63,7 +64,7 @@ func (c *Config) withDefaults() *Config {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	if out.Workers == 0 {
-		out.Workers = 50
+		out.Workers = dispatcher.WorkersDefault
 	}
 	if out.SchemaPrefix == "" {
 		out.SchemaPrefix = "bench_"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/mail"
@@ -75,7 +76,7 @@ type Config struct {
 	ApprovalWebhook string `env:"OUTBOX_APPROVAL_WEBHOOK" expect:"the name of an endpoint of OUTBOX_WEBHOOKS" help:"webhook endpoint (a name of OUTBOX_WEBHOOKS) told of every intent awaiting approval"`
 
 	// AutoKeyWindow is the window of MCP's automatic idempotency key.
-	// Defaults to 10m. Not used yet.
+	// Defaults to 10m.
 	AutoKeyWindow time.Duration `env:"OUTBOX_AUTO_KEY_WINDOW, default=10m" expect:"a positive duration such as 10m" help:"window of the automatic MCP key: identical keyless tool calls within it are one action"`
 
 	// AutoMigrate lets serve apply pending migrations at start. Defaults to
@@ -226,9 +227,6 @@ type Config struct {
 	// Defaults to none.
 	ZendeskToken string `env:"OUTBOX_ZENDESK_TOKEN" secret:"true" expect:"a Zendesk API token" help:"Zendesk API token (required with OUTBOX_ZENDESK_URL)"`
 
-	// tokens are APITokens and APITokensFile's entries, parsed.
-	tokens []access.Token
-
 	// ZendeskURL is the Zendesk account, such as https://acme.zendesk.com;
 	// setting it enables ticket. Defaults to none.
 	ZendeskURL string `env:"OUTBOX_ZENDESK_URL" expect:"an http or https URL such as https://acme.zendesk.com" help:"Zendesk account URL; enables the ticket effect"`
@@ -245,7 +243,27 @@ type Config struct {
 	// loopbackEffects sends declared effects only to loopback hosts, as the
 	// sandbox does: the demo sets it.
 	loopbackEffects bool
+
+	// What validate parsed, kept so that no value is parsed twice:
+	// Approval's rules (nil when unset), LogLevel, DatabaseURL (nil when
+	// unset; connect takes a copy), RateLimit, the tokens of APITokens and
+	// APITokensFile, and Webhooks' endpoints.
+	approvalRules []outbox.ApprovalRule
+	logLevel      slog.Level
+	poolConfig    *pgxpool.Config
+	rateLimit     httpapi.RateLimit
+	tokens        []access.Token
+	webhooks      []webhook.Endpoint
 }
+
+// Defaults of outboxd's own settings; every other setting's default is a
+// constant of the package that takes it (TestEnvDefaults holds the tags to
+// them).
+const (
+	HTTPAddrDefault  = "127.0.0.1:8080"
+	LogFormatDefault = "text"
+	LogLevelDefault  = "info"
+)
 
 // workersMax bounds OUTBOX_WORKERS, and so serve's pool size.
 const workersMax = 10000
@@ -325,13 +343,20 @@ func fieldOfVar(name string) (string, bool) {
 // validate checks what go-envconfig's decoding does not: ranges, enums and
 // formats.
 func (c *Config) validate(lookuper envconfig.Lookuper) error {
+	var dbErr, levelErr, rateErr error
+	c.poolConfig = nil
+	if c.DatabaseURL != "" {
+		c.poolConfig, dbErr = parseDatabaseURL(c.DatabaseURL)
+	}
+	c.logLevel, levelErr = parseLevel(c.LogLevel)
+	c.rateLimit, rateErr = ParseRateLimit(c.RateLimit)
 	checks := []struct {
 		field string
 		ok    bool
 	}{
 		{"ApprovalTTL", c.ApprovalTTL > 0},
 		{"AutoKeyWindow", c.AutoKeyWindow > 0},
-		{"DatabaseURL", c.DatabaseURL == "" || validDatabaseURL(c.DatabaseURL)},
+		{"DatabaseURL", dbErr == nil},
 		{"EffectTimeout", c.EffectTimeout > 0},
 		{"EffectsFile", c.EffectsFile == "" || readableFile(c.EffectsFile)},
 		// A lock means nothing without the file whose upstreams it pins.
@@ -344,10 +369,10 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"LogFormat", c.LogFormat == "text" || c.LogFormat == "json"},
 		{"MaxWaits", c.MaxWaits >= 1 && c.MaxWaits <= 100000},
 		{"ModelKeyGuard", slices.Contains([]keyguard.Mode{keyguard.ModeRefuse, keyguard.ModeReplay, keyguard.ModeOff}, keyguard.Mode(c.ModelKeyGuard))},
-		{"LogLevel", validLevel(c.LogLevel)},
+		{"LogLevel", levelErr == nil},
 		{"MaxAttempts", c.MaxAttempts >= 1},
 		{"Namespace", outbox.ValidateNamespace(c.Namespace) == nil},
-		{"RateLimit", validRateLimit(c.RateLimit)},
+		{"RateLimit", rateErr == nil},
 		{"ReconcileInterval", c.ReconcileInterval > 0},
 		{"Retention", c.Retention > 0},
 		{"Schema", schemaRE.MatchString(c.Schema)},
@@ -397,14 +422,18 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 // OUTBOX_APPROVAL_WEBHOOK names a configured endpoint (the sandbox
 // configures its own).
 func (c *Config) validateApproval() error {
-	if _, err := outbox.ParseApprovalRules(c.Approval); err != nil {
+	rules, err := outbox.ParseApprovalRules(c.Approval)
+	if err != nil {
 		return &ConfigError{Var: envName("Approval"), Message: err.Error() + "; expected " + fieldTag("Approval", "expect")}
+	}
+	c.approvalRules = nil
+	if c.Approval != "" {
+		c.approvalRules = rules
 	}
 	if c.ApprovalWebhook == "" || c.Sandbox {
 		return nil
 	}
-	eps, _ := webhook.ParseEndpoints(c.Webhooks) // checked by validateWebhooks
-	for _, ep := range eps {
+	for _, ep := range c.webhooks {
 		if ep.Name == c.ApprovalWebhook {
 			return nil
 		}
@@ -414,23 +443,31 @@ func (c *Config) validateApproval() error {
 
 // ApprovalRules returns OUTBOX_APPROVAL's rules, nil when it is unset (the
 // rules stored in the database stay in force).
-func (c *Config) ApprovalRules() []outbox.ApprovalRule {
-	if c.Approval == "" {
-		return nil
-	}
-	rules, _ := outbox.ParseApprovalRules(c.Approval) // checked by validate
-	return rules
-}
+func (c *Config) ApprovalRules() []outbox.ApprovalRule { return c.approvalRules }
 
-// validateWebhooks checks OUTBOX_WEBHOOKS, saying which entry is wrong
-// without quoting it: its URL can carry a token.
+// validateWebhooks checks and keeps OUTBOX_WEBHOOKS' endpoints, saying
+// which entry is wrong without quoting it: its URL can carry a token.
 func (c *Config) validateWebhooks() error {
+	c.webhooks = nil
 	if c.Webhooks == "" {
 		return nil
 	}
-	if _, err := webhook.ParseEndpoints(c.Webhooks); err != nil {
+	eps, err := webhook.ParseEndpoints(c.Webhooks)
+	if err != nil {
 		return &ConfigError{Var: envName("Webhooks"), Message: "expected " + fieldTag("Webhooks", "expect") + "; " + err.Error()}
 	}
+	c.webhooks = eps
+	return nil
+}
+
+// setDatabaseURL sets DatabaseURL after loadConfig (the demo's throwaway
+// cluster), parsing it as validate does.
+func (c *Config) setDatabaseURL(url string) error {
+	poolConfig, err := parseDatabaseURL(url)
+	if err != nil {
+		return err
+	}
+	c.DatabaseURL, c.poolConfig = url, poolConfig
 	return nil
 }
 
@@ -504,16 +541,8 @@ func (c *Config) loadTokens() error {
 // OUTBOX_API_TOKENS_FILE.
 func (c *Config) Tokens() []access.Token { return c.tokens }
 
-func validRateLimit(s string) bool {
-	_, err := ParseRateLimit(s)
-	return err == nil
-}
-
-// RateLimitValue returns OUTBOX_RATE_LIMIT, parsed (Validate has checked it).
-func (c *Config) RateLimitValue() httpapi.RateLimit {
-	l, _ := ParseRateLimit(c.RateLimit)
-	return l
-}
+// RateLimitValue returns OUTBOX_RATE_LIMIT, parsed.
+func (c *Config) RateLimitValue() httpapi.RateLimit { return c.rateLimit }
 
 // ParseRateLimit parses OUTBOX_RATE_LIMIT, "rps[:burst]": "10" is 10 a
 // second with a burst of 10, "0.5:5" one every two seconds with a burst of 5.
@@ -570,16 +599,6 @@ func validHTTPURL(s string) bool {
 
 func validWebhookSecret(s string) bool {
 	_, err := webhook.ParseSecret(s)
-	return err == nil
-}
-
-func validLevel(level string) bool {
-	_, err := parseLevel(level)
-	return err == nil
-}
-
-func validDatabaseURL(url string) bool {
-	_, err := parseDatabaseURL(url)
 	return err == nil
 }
 

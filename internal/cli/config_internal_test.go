@@ -8,7 +8,71 @@ import (
 
 	"github.com/sethvargo/go-envconfig"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/dispatcher"
+	"github.com/outbox-dev/outbox/effects/charge"
+	"github.com/outbox-dev/outbox/effects/email"
+	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/internal/keyguard"
+	"github.com/outbox-dev/outbox/migrations"
+	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/workers"
 )
+
+// TestEnvDefaults holds every env tag's default= to the constant of the
+// package that takes the setting: a default is written in one place, and
+// a tag that drifts from it fails here. A new setting with a default must
+// be added to the table.
+func TestEnvDefaults(t *testing.T) {
+	t.Parallel()
+
+	// The libraries' zero values for the switches outboxd spells as
+	// variables, off unless set.
+	const off = false
+	want := map[string]any{
+		"AllowNoAuth":        off,
+		"ApprovalTTL":        workers.ApprovalTTLDefault,
+		"AutoKeyWindow":      keyguard.WindowDefault,
+		"AutoMigrate":        off,
+		"BatchFirstAttempts": !dispatcher.Config{}.DisableBatchFirstAttempts,
+		"EffectTimeout":      workers.EffectTimeoutDefault,
+		"HeartbeatInterval":  dispatcher.HeartbeatIntervalDefault,
+		"HTTPAddr":           HTTPAddrDefault,
+		"LogFormat":          LogFormatDefault,
+		"LogLevel":           LogLevelDefault,
+		"MaxAttempts":        workers.MaxAttemptsDefault,
+		"MaxWaits":           httpapi.MaxWaitsDefault,
+		"ModelKeyGuard":      string(keyguard.ModeDefault),
+		"Namespace":          outbox.NamespaceDefault,
+		"ReconcileInterval":  workers.ReconcileIntervalDefault,
+		"Retention":          workers.RetentionDefault,
+		"Sandbox":            off,
+		"Schema":             migrations.SchemaDefault,
+		"SMTPTLS":            string(email.TLSDefault),
+		"StripeURL":          charge.URLDefault,
+		"TraceSQL":           off,
+		"Workers":            dispatcher.WorkersDefault,
+	}
+	// The defaults as go-envconfig decodes them from the tags.
+	cfg, err := loadConfig(context.Background(), envconfig.MapLookuper(nil))
+	require.NoError(t, err)
+	got := reflect.ValueOf(cfg).Elem()
+	typ := got.Type()
+	seen := map[string]bool{}
+	for i := range typ.NumField() {
+		field := typ.Field(i).Name
+		if envName(field) == "" || envDefault(field) == "" {
+			continue
+		}
+		seen[field] = true
+		w, ok := want[field]
+		require.True(t, ok, "%s has default=%s: add its library constant to the table", envName(field), envDefault(field))
+		require.EqualValues(t, w, got.Field(i).Interface(), "%s's default= differs from its constant", envName(field))
+	}
+	for field := range want {
+		require.True(t, seen[field], "%s has no default= tag", field)
+	}
+}
 
 // TestLoadConfigNamesEveryBadVariable sets each variable, one at a time, to a
 // value no typed variable accepts, and requires any refusal to name that

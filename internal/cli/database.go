@@ -18,10 +18,7 @@ func connect(ctx context.Context, cfg *Config, maxConns int32, tracer ...pgx.Que
 	if err := cfg.requireDatabaseURL(); err != nil {
 		return nil, err
 	}
-	poolConfig, err := parseDatabaseURL(cfg.DatabaseURL)
-	if err != nil {
-		return nil, err
-	}
+	poolConfig := cfg.poolConfig.Copy()
 	if maxConns > 0 {
 		poolConfig.MaxConns = maxConns
 	}

@@ -166,7 +166,9 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 			return env, fmt.Errorf("error starting a throwaway PostgreSQL (set DATABASE_URL to use a database of yours): %w", err)
 		}
 		env.stops = append(env.stops, func() { _ = cluster.Stop(context.Background()) })
-		cfg.DatabaseURL = cluster.URL()
+		if err := cfg.setDatabaseURL(cluster.URL()); err != nil {
+			return env, err
+		}
 		cfg.Schema = outbox.SchemaDefault
 		dbLine = "a throwaway PostgreSQL on a Unix socket in " + cluster.SocketDir() + " (no TCP listener), removed on exit"
 	}
@@ -220,11 +222,11 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 	// story should see it.
 	dcfg := daemonConfig(cfg, registry, logger)
 	for _, p := range up.catalog.Passthrough {
-		dcfg.MCPPassthrough = append(dcfg.MCPPassthrough, p)
+		dcfg.API.MCPPassthrough = append(dcfg.API.MCPPassthrough, p)
 	}
-	dcfg.EffectTimeout = demo.ClientTimeout
+	dcfg.Dispatcher.EffectTimeout = demo.ClientTimeout
 	dcfg.GaugeRefreshInterval = time.Second
-	dcfg.Workers = demo.Workers
+	dcfg.Dispatcher.Workers = demo.Workers
 	dcfg.ApprovalRules, err = outbox.ParseApprovalRules(demo.ApprovalRule)
 	if err != nil {
 		return env, err

@@ -168,10 +168,7 @@ func configuredProviders(cfg *Config) *providerSettings {
 		zendeskToken:  cfg.ZendeskToken,
 		zendeskURL:    cfg.ZendeskURL,
 	}
-	if cfg.Webhooks != "" {
-		// Checked by loadConfig.
-		s.webhooks, _ = webhook.ParseEndpoints(cfg.Webhooks)
-	}
+	s.webhooks = cfg.webhooks
 	return s
 }
 

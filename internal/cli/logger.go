@@ -19,8 +19,7 @@ const redactedValue = redact.Value
 // newLogger returns the logger of cfg: text or JSON on w, at cfg's level,
 // with the values of redactedKeys replaced.
 func newLogger(cfg *Config, w io.Writer) *slog.Logger {
-	level, _ := parseLevel(cfg.LogLevel) // checked by loadConfig
-	return newLoggerAt(cfg, w, level)
+	return newLoggerAt(cfg, w, cfg.logLevel)
 }
 
 // newCommandLogger is the logger of a one-shot command (intents, enqueue):
@@ -28,8 +27,7 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 // prints its own line for what the library logs at info (an intent
 // cancelled or resolved), and the intent records it.
 func newCommandLogger(cfg *Config, w io.Writer) *slog.Logger {
-	level, _ := parseLevel(cfg.LogLevel)
-	return newLoggerAt(cfg, w, max(level, slog.LevelWarn))
+	return newLoggerAt(cfg, w, max(cfg.logLevel, slog.LevelWarn))
 }
 
 func newLoggerAt(cfg *Config, w io.Writer, level slog.Level) *slog.Logger {

@@ -15,7 +15,7 @@ func TestLoggerRedacts(t *testing.T) {
 
 	for _, format := range []string{"text", "json"} {
 		var buf bytes.Buffer
-		logger := newLogger(&Config{LogFormat: format, LogLevel: "debug"}, &buf)
+		logger := newLogger(&Config{LogFormat: format, logLevel: slog.LevelDebug}, &buf)
 		logger.Debug("careless line",
 			slog.Any("args", map[string]any{"to": "ada@example.com"}),
 			slog.Group("email", slog.String("To", "ada@example.com"), slog.String("body", "dear Ada")),

@@ -14,8 +14,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/daemon"
+	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/migrations"
 )
@@ -152,34 +155,37 @@ func (a *app) serve(ctx context.Context, args []string) error {
 // daemonConfig is what serve (and the demo) run, from the configuration.
 func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
-		APITokens:                 cfg.Tokens(),
-		Collectors:                []prometheus.Collector{declaredRuleErrors, upstreamCalls, upstreamDrift},
-		ApprovalRules:             cfg.ApprovalRules(),
-		ApprovalTTL:               cfg.ApprovalTTL,
-		ApprovalWebhook:           cfg.ApprovalWebhook,
-		AdminAddr:                 cfg.AdminAddr,
-		AutoKeyWindow:             cfg.AutoKeyWindow,
-		DisableBatchFirstAttempts: !cfg.BatchFirstAttempts,
-		EffectTimeout:             cfg.EffectTimeout,
-		Effects:                   registry,
-		GaugeRefreshInterval:      time.Duration(gaugeRefreshInterval.Load()),
-		HeartbeatInterval:         cfg.HeartbeatInterval,
-		HTTPAddr:                  cfg.HTTPAddr,
-		Logger:                    logger,
-		MaxAttempts:               cfg.MaxAttempts,
-		MaxWaits:                  cfg.MaxWaits,
-		MCPPassthrough:            passthroughTools(cfg),
-		RateLimit:                 cfg.RateLimitValue(),
-		ModelKeyGuard:             keyguard.Mode(cfg.ModelKeyGuard),
-		ReconcileInterval:         cfg.ReconcileInterval,
-		Retention:                 cfg.Retention,
-		Schema:                    cfg.Schema,
-		TLSCertFile:               cfg.TLSCertFile,
-		TLSKeyFile:                cfg.TLSKeyFile,
-		UIPassword:                cfg.UIPassword,
-		UIUser:                    cfg.UIUser,
-		Version:                   version(),
-		Workers:                   cfg.Workers,
+		AdminAddr: cfg.AdminAddr,
+		API: httpapi.Config{
+			AutoKeyWindow: cfg.AutoKeyWindow,
+			MaxWaits:      cfg.MaxWaits,
+			MCPPassthrough: passthroughTools(cfg),
+			ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
+			RateLimit:     cfg.RateLimitValue(),
+		},
+		APITokens:     cfg.Tokens(),
+		ApprovalRules: cfg.ApprovalRules(),
+		Collectors:    []prometheus.Collector{declaredRuleErrors, upstreamCalls, upstreamDrift},
+		Console:       console.Config{UIPassword: cfg.UIPassword, UIUser: cfg.UIUser},
+		Dispatcher: dispatcher.Config{
+			ApprovalTTL:               cfg.ApprovalTTL,
+			ApprovalWebhook:           cfg.ApprovalWebhook,
+			DisableBatchFirstAttempts: !cfg.BatchFirstAttempts,
+			EffectTimeout:             cfg.EffectTimeout,
+			HeartbeatInterval:         cfg.HeartbeatInterval,
+			MaxAttempts:               cfg.MaxAttempts,
+			ReconcileInterval:         cfg.ReconcileInterval,
+			Retention:                 cfg.Retention,
+			Workers:                   cfg.Workers,
+		},
+		Effects:              registry,
+		GaugeRefreshInterval: time.Duration(gaugeRefreshInterval.Load()),
+		HTTPAddr:             cfg.HTTPAddr,
+		Logger:               logger,
+		Schema:               cfg.Schema,
+		TLSCertFile:          cfg.TLSCertFile,
+		TLSKeyFile:           cfg.TLSKeyFile,
+		Version:              version(),
 	}
 }
 

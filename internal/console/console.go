@@ -76,6 +76,44 @@ type Config struct {
 	UIPassword, UIUser string
 }
 
+// withDefaults returns a copy of c with every zero setting at its default.
+func (c *Config) withDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	if out.ApprovalTTL == 0 {
+		out.ApprovalTTL = workers.ApprovalTTLDefault
+	}
+	if out.AuthFailureFunc == nil {
+		out.AuthFailureFunc = func() {}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.RiverUIPath == "" {
+		out.RiverUIPath = RiverUIPathDefault
+	}
+	if out.Schema == "" {
+		out.Schema = outbox.SchemaDefault
+	}
+	if out.SessionTTL == 0 {
+		out.SessionTTL = SessionTTLDefault
+	}
+	return &out
+}
+
+// validate checks a config with its defaults.
+func (c *Config) validate() error {
+	if c.SessionTTL < 0 || c.ApprovalTTL < 0 {
+		return errors.New("console: SessionTTL and ApprovalTTL must be positive")
+	}
+	if (c.UIUser == "") != (c.UIPassword == "") {
+		return errors.New("console: UIUser and UIPassword go together")
+	}
+	return nil
+}
+
 // Handler serves the console under Prefix.
 type Handler struct {
 	approvalTTL time.Duration
@@ -105,33 +143,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	if pool == nil || client == nil {
 		return nil, errors.New("console: pool and client are required")
 	}
-	c := Config{}
-	if config != nil {
-		c = *config
-	}
-	if c.ApprovalTTL == 0 {
-		c.ApprovalTTL = workers.ApprovalTTLDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.AuthFailureFunc == nil {
-		c.AuthFailureFunc = func() {}
-	}
-	if c.RiverUIPath == "" {
-		c.RiverUIPath = RiverUIPathDefault
-	}
-	if c.Schema == "" {
-		c.Schema = outbox.SchemaDefault
-	}
-	if c.SessionTTL == 0 {
-		c.SessionTTL = SessionTTLDefault
-	}
-	if c.SessionTTL < 0 || c.ApprovalTTL < 0 {
-		return nil, errors.New("console: SessionTTL and ApprovalTTL must be positive")
-	}
-	if (c.UIUser == "") != (c.UIPassword == "") {
-		return nil, errors.New("console: UIUser and UIPassword go together")
+	c := config.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	pages, err := parsePages()
 	if err != nil {

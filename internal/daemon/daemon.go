@@ -9,7 +9,6 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -30,10 +29,8 @@ import (
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/httpapi"
-	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/outbox"
-	"github.com/outbox-dev/outbox/workers"
 )
 
 // Timeouts of the HTTP server and of the stop.
@@ -51,45 +48,48 @@ const (
 	DispatcherStopGrace = 10 * time.Second
 )
 
-// Config configures Start.
+// Config configures Start. The settings of the dispatcher, the API and the
+// console are their own Configs, passed on as they are; the daemon fills
+// in what it shares among them (Effects, Logger, Schema, TracerProvider,
+// Version, the tokens) and what it wires (metrics, callbacks).
 type Config struct {
-	// APITokens are the bearer tokens of the API and /mcp, each with its
-	// namespace and role. Empty serves namespace default without
-	// authentication (the caller checks that this is allowed, and the
-	// address loopback). Defaults to none.
+	// AdminAddr, when set, is a second listener for the operators' paths
+	// (/healthz, /readyz, /metrics, River UI, the console), which HTTPAddr
+	// then no longer serves: the public port carries only /v1/ and /mcp.
+	AdminAddr string
+
+	// API configures the HTTP API and /mcp: AutoKeyWindow, MaxWaits,
+	// ModelKeyGuard, RateLimit. Its AuthFailureFunc, Logger,
+	// PossibleDuplicateFunc, Tokens, TracerProvider and Version are set
+	// by the daemon.
+	API httpapi.Config
+
+	// APITokens are the bearer tokens of the API, /mcp and the console,
+	// each with its namespace and role. Empty serves namespace default
+	// without authentication (the caller checks that this is allowed, and
+	// the address loopback). Defaults to none.
 	APITokens []access.Token
 
 	// ApprovalRules, when not nil, replace the approval rules stored in the
 	// schema at start (empty removes them); nil leaves them as they are.
 	ApprovalRules []outbox.ApprovalRule
 
-	// ApprovalTTL is how long an intent may await approval. Defaults to the
-	// dispatcher's default.
-	ApprovalTTL time.Duration
-
-	// ApprovalWebhook names the webhook endpoint told of intents awaiting
-	// approval (dispatcher.Config). Defaults to none.
-	ApprovalWebhook string
-
-	// AutoKeyWindow is the window of MCP's automatic key. Defaults to
-	// mcpserver's default.
-	AutoKeyWindow time.Duration
-
 	// Collectors are more metrics for /metrics, counted outside the
 	// daemon (the declared effects' rule errors). Defaults to none.
 	Collectors []prometheus.Collector
 
-	// DisableBatchFirstAttempts is dispatcher.Config's: it turns off first
-	// attempts in batches. Defaults to false: batches on.
-	DisableBatchFirstAttempts bool
+	// Console configures the operator console: UIPassword and UIUser,
+	// which River UI's basic auth takes too. Its ApprovalTTL (the
+	// dispatcher's), AuthFailureFunc, Logger, Metrics, RiverUIPath, Schema
+	// and Tokens are set by the daemon.
+	Console console.Config
 
-	// EffectTimeout is one attempt's deadline. Defaults to the dispatcher's
-	// default.
-	EffectTimeout time.Duration
-
-	// MCPPassthrough are the MCP upstreams' pass-through tools, listed on
-	// /mcp. Defaults to none.
-	MCPPassthrough []mcpserver.PassthroughTool
+	// Dispatcher configures River and the workers: ApprovalTTL,
+	// ApprovalWebhook, DisableBatchFirstAttempts, EffectTimeout,
+	// HeartbeatInterval, MaxAttempts, ReconcileInterval, Retention,
+	// Workers and the like. Its Effects, Logger, Metrics, Schema and
+	// TracerProvider are set by the daemon.
+	Dispatcher dispatcher.Config
 
 	// Effects are the enabled effects. Required.
 	Effects *effects.Registry
@@ -98,55 +98,21 @@ type Config struct {
 	// Defaults to metrics.RefreshIntervalDefault.
 	GaugeRefreshInterval time.Duration
 
-	// HeartbeatInterval is how often the process writes its heartbeat and
-	// takes over the running jobs of dead processes (dispatcher.Config).
-	// Defaults to the dispatcher's default.
-	HeartbeatInterval time.Duration
-
 	// HTTPAddr is the address to listen on ("127.0.0.1:0" picks a port).
 	// Required.
 	HTTPAddr string
-
-	// AdminAddr, when set, is a second listener for the operators' paths
-	// (/healthz, /readyz, /metrics, River UI, the console), which HTTPAddr
-	// then no longer serves: the public port carries only /v1/ and /mcp.
-	AdminAddr string
-
-	// TLSCertFile and TLSKeyFile, when set, make HTTPAddr serve TLS with
-	// this certificate (PEM, with its chain) and key. Both or neither.
-	TLSCertFile, TLSKeyFile string
 
 	// Logger receives every component's logs. Defaults to a logger that
 	// discards.
 	Logger *slog.Logger
 
-	// MaxAttempts is the number of attempts per intent. Defaults to the
-	// dispatcher's default.
-	MaxAttempts int
-
-	// RateLimit bounds each API token's enqueues (httpapi.Config).
-	RateLimit httpapi.RateLimit
-
-	// MaxWaits bounds the long-poll waits in progress at once, shared by
-	// namespace. Defaults to httpapi.MaxWaitsDefault.
-	MaxWaits int
-
-	// ModelKeyGuard is what /mcp's tools and model-keyed enqueues do with a
-	// model's fresh key for an action just recorded under another key.
-	// Defaults to keyguard.ModeRefuse.
-	ModelKeyGuard keyguard.Mode
-
-	// ReconcileInterval is how often the leader repairs intents whose River
-	// job is finished or gone. Defaults to the dispatcher's default.
-	ReconcileInterval time.Duration
-
-	// Retention is how long terminal intents are kept. Defaults to the
-	// dispatcher's default.
-	Retention time.Duration
-
 	// Schema holds River's and outbox's tables. Defaults to
 	// outbox.SchemaDefault.
 	Schema string
+
+	// TLSCertFile and TLSKeyFile, when set, make HTTPAddr serve TLS with
+	// this certificate (PEM, with its chain) and key. Both or neither.
+	TLSCertFile, TLSKeyFile string
 
 	// TracerProvider, when set, makes spans of the API's requests, MCP's
 	// tool calls, River's jobs, the attempts and the provider requests
@@ -154,16 +120,49 @@ type Config struct {
 	// only when the OTEL_* variables turn traces on.
 	TracerProvider trace.TracerProvider
 
-	// UIPassword and UIUser are River UI's basic auth credentials; both
-	// empty serves River UI to loopback requests only.
-	UIPassword, UIUser string
-
-	// Version is reported by the API and MCP. Defaults to "dev".
+	// Version is reported by the API and MCP. Defaults to
+	// mcpserver.VersionDefault.
 	Version string
+}
 
-	// Workers is the number of River workers per effect. Defaults to the
-	// dispatcher's default.
-	Workers int
+// withDefaults returns a copy of c with every zero setting at its default,
+// and the shared settings written into the components' Configs.
+func (c *Config) withDefaults() *Config {
+	out := *c
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Schema == "" {
+		out.Schema = outbox.SchemaDefault
+	}
+	if out.Version == "" {
+		out.Version = mcpserver.VersionDefault
+	}
+	out.Dispatcher.Effects = out.Effects
+	out.Dispatcher.Logger = out.Logger
+	out.Dispatcher.Schema = out.Schema
+	out.Dispatcher.TracerProvider = out.TracerProvider
+	// The console shows the time left to approve by the dispatcher's TTL,
+	// and serve's metric reports it: the one the reconciler applies.
+	out.Dispatcher = *out.Dispatcher.WithDefaults()
+	out.API.Logger = out.Logger
+	out.API.Tokens = out.APITokens
+	out.API.TracerProvider = out.TracerProvider
+	out.API.Version = out.Version
+	out.Console.ApprovalTTL = out.Dispatcher.ApprovalTTL
+	out.Console.Logger = out.Logger.With(slog.String("component", "console"))
+	out.Console.RiverUIPath = riverUIPrefix
+	out.Console.Schema = out.Schema
+	out.Console.Tokens = out.APITokens
+	return &out
+}
+
+// validate checks what Start needs before the components check theirs.
+func (c *Config) validate() error {
+	if c.Effects == nil || c.HTTPAddr == "" {
+		return errors.New("daemon: Effects and HTTPAddr must be set")
+	}
+	return nil
 }
 
 // Daemon is a running outboxd: dispatcher, API, River UI and metrics.
@@ -186,23 +185,14 @@ type Daemon struct {
 // Start starts everything and serves HTTP until Stop. pool must be sized for
 // the workers (see PoolSize). On error, what was started is stopped.
 func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, err error) {
-	if config == nil || config.Effects == nil || config.HTTPAddr == "" {
+	if config == nil {
 		return nil, errors.New("daemon: Effects and HTTPAddr must be set")
 	}
-	c := *config
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
-	if c.Schema == "" {
-		c.Schema = outbox.SchemaDefault
-	}
-	if c.Version == "" {
-		c.Version = "dev"
-	}
-	if c.EffectTimeout == 0 {
-		c.EffectTimeout = workers.EffectTimeoutDefault
-	}
-	d := &Daemon{effectTimeout: c.EffectTimeout, logger: c.Logger, serveErr: make(chan error, 1)}
+	c := config.withDefaults()
+	d := &Daemon{effectTimeout: c.Dispatcher.EffectTimeout, logger: c.Logger, serveErr: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			d.stop(context.WithoutCancel(ctx)) //nolint:errcheck // failing anyway
@@ -215,26 +205,13 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	d.metrics.gauges.Start(ctx)
 	d.stops = append(d.stops, func(context.Context) error { d.metrics.gauges.Stop(); return nil })
 
-	if d.Dispatcher, err = dispatcher.New(pool, &dispatcher.Config{
-		ApprovalTTL:               c.ApprovalTTL,
-		ApprovalWebhook:           c.ApprovalWebhook,
-		DisableBatchFirstAttempts: c.DisableBatchFirstAttempts,
-		EffectTimeout:             c.EffectTimeout,
-		Effects:                   c.Effects,
-		HeartbeatInterval:         c.HeartbeatInterval,
-		Logger:                    c.Logger,
-		MaxAttempts:               c.MaxAttempts,
-		Metrics:                   d.metrics.workers,
-		ReconcileInterval:         c.ReconcileInterval,
-		Retention:                 c.Retention,
-		Schema:                    c.Schema,
-		TracerProvider:            c.TracerProvider,
-		Workers:                   c.Workers,
-	}); err != nil {
+	dispatcherConfig := c.Dispatcher
+	dispatcherConfig.Metrics = d.metrics.workers
+	if d.Dispatcher, err = dispatcher.New(pool, &dispatcherConfig); err != nil {
 		return nil, err
 	}
 	d.metrics.riverClientID.Store(d.Dispatcher.River().ID())
-	d.metrics.approvalTTL.Set(cmp.Or(c.ApprovalTTL, workers.ApprovalTTLDefault).Seconds())
+	d.metrics.approvalTTL.Set(c.Dispatcher.ApprovalTTL.Seconds())
 	if d.Client, err = outbox.NewClient(pool, &outbox.Config{
 		ApprovalObserverFunc: func(_ string, decision outbox.ApprovalDecision) {
 			d.metrics.workers.Approvals.WithLabelValues(string(decision)).Inc()
@@ -249,38 +226,18 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	if err := d.applyApprovalRules(ctx, c.ApprovalRules, c.Effects); err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(pool, d.Client, &httpapi.Config{
-		AuthFailureFunc:       d.metrics.authFailures.Inc,
-		AutoKeyWindow:         c.AutoKeyWindow,
-		Logger:                c.Logger,
-		ModelKeyGuard:         c.ModelKeyGuard,
-		PossibleDuplicateFunc: d.metrics.enqueues.ObservePossibleDuplicate,
-		RateLimit:             c.RateLimit,
-		Tokens:                c.APITokens,
-		TracerProvider:        c.TracerProvider,
-		Version:               c.Version,
-		MaxWaits:              c.MaxWaits,
-		MCPPassthrough:        c.MCPPassthrough,
-	})
+	apiConfig := c.API
+	apiConfig.AuthFailureFunc = d.metrics.authFailures.Inc
+	apiConfig.PossibleDuplicateFunc = d.metrics.enqueues.ObservePossibleDuplicate
+	api, err := httpapi.New(pool, d.Client, &apiConfig)
 	if err != nil {
 		return nil, err
 	}
 
-	approvalTTL := c.ApprovalTTL
-	if approvalTTL == 0 {
-		approvalTTL = workers.ApprovalTTLDefault
-	}
-	consoleHandler, err := console.New(pool, d.Client, &console.Config{
-		ApprovalTTL:     approvalTTL,
-		AuthFailureFunc: d.metrics.authFailures.Inc,
-		Logger:          c.Logger.With(slog.String("component", "console")),
-		Metrics:         d.metrics.registry,
-		RiverUIPath:     riverUIPrefix,
-		Schema:          c.Schema,
-		Tokens:          c.APITokens,
-		UIPassword:      c.UIPassword,
-		UIUser:          c.UIUser,
-	})
+	consoleConfig := c.Console
+	consoleConfig.AuthFailureFunc = d.metrics.authFailures.Inc
+	consoleConfig.Metrics = d.metrics.registry
+	consoleHandler, err := console.New(pool, d.Client, &consoleConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +303,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 
 	handlerConfig := &httpHandlerConfig{
 		API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Console: consoleHandler, Logger: c.Logger,
-		Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.UIPassword, UIUser: c.UIUser,
+		Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.Console.UIPassword, UIUser: c.Console.UIUser,
 		// One budget of wrong credentials per address, across both
 		// listeners.
 		FailureLimiter: access.NewFailureLimiter(0, 0),

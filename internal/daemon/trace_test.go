@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/ticket"
 	"github.com/outbox-dev/outbox/effects/webhook"
@@ -81,7 +82,7 @@ func TestTraces(t *testing.T) {
 	const token = "trace-test-token-0123456789"
 	d, err := daemon.Start(t.Context(), pool, &daemon.Config{
 		APITokens:      []access.Token{access.NewToken(token, "shop", access.RoleOperator)},
-		EffectTimeout:  5 * time.Second,
+		Dispatcher:     dispatcher.Config{EffectTimeout: 5 * time.Second},
 		Effects:        registry,
 		HTTPAddr:       "127.0.0.1:0",
 		Schema:         schema,

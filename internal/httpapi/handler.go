@@ -42,7 +42,7 @@ type Config struct {
 	AuthFailureFunc func()
 
 	// AutoKeyWindow is the window of /mcp's automatic key (see
-	// mcpserver.Config). Defaults to mcpserver.AutoKeyWindowDefault.
+	// mcpserver.Config). Defaults to keyguard.WindowDefault.
 	AutoKeyWindow time.Duration
 
 	// Logger receives the handler's diagnostics: server-side failures, never
@@ -60,7 +60,7 @@ type Config struct {
 	// ModelKeyGuard is what /mcp's tools, and enqueues sent with
 	// Idempotency-Key-Source: model, do with a model's fresh key for an
 	// action recorded within AutoKeyWindow under another key (package
-	// keyguard). Defaults to keyguard.ModeRefuse.
+	// keyguard). Defaults to keyguard.ModeDefault.
 	ModelKeyGuard keyguard.Mode
 
 	// PossibleDuplicateFunc, when set, is called with the tool (the effect
@@ -84,7 +84,8 @@ type Config struct {
 	// traces were configured (package telemetry).
 	TracerProvider trace.TracerProvider
 
-	// Version is the server version /mcp reports. Defaults to "dev".
+	// Version is the server version /mcp reports. Defaults to
+	// mcpserver.VersionDefault.
 	Version string
 
 	// MaxWaits bounds the waits (?wait= and get_intent's wait_seconds) in
@@ -121,14 +122,58 @@ type Handler struct {
 	maxWaits int
 }
 
+// withDefaults returns a copy of c with every zero setting at its default.
+func (c *Config) withDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	if out.AutoKeyWindow == 0 {
+		out.AutoKeyWindow = keyguard.WindowDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.MaxWaits == 0 {
+		out.MaxWaits = MaxWaitsDefault
+	}
+	if out.ModelKeyGuard == "" {
+		out.ModelKeyGuard = keyguard.ModeDefault
+	}
+	return &out
+}
+
+// validate checks a config with its defaults.
+func (c *Config) validate() error {
+	if c.AutoKeyWindow < 0 {
+		return fmt.Errorf("httpapi: AutoKeyWindow must be positive, not %s", c.AutoKeyWindow)
+	}
+	if c.MaxWaits < 0 {
+		return fmt.Errorf("httpapi: MaxWaits must be positive, not %d", c.MaxWaits)
+	}
+	if err := access.CheckDuplicates(c.Tokens); err != nil {
+		return fmt.Errorf("httpapi: tokens: %w", err)
+	}
+	for _, t := range c.Tokens {
+		if err := outbox.ValidateNamespace(t.Namespace); err != nil {
+			return fmt.Errorf("httpapi: token for an invalid namespace: %w", err)
+		}
+		if !t.Role.Valid() {
+			return fmt.Errorf("httpapi: token %s has no valid role (%s)", t.Fingerprint(), t.Role)
+		}
+	}
+	return nil
+}
+
 // New returns the API handler. client carries out the operations; pool runs
 // the enqueues and the readiness check.
 func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, error) {
 	if pool == nil || client == nil {
 		return nil, errors.New("httpapi: pool and client must not be nil")
 	}
-	if config == nil {
-		config = &Config{}
+	config = config.withDefaults()
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
 	h := &Handler{
 		client:           client,
@@ -140,31 +185,13 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 		mcpServers:       map[string]*mcp.Server{},
 		pool:             pool,
 	}
-	if h.logger == nil {
-		h.logger = slog.New(slog.DiscardHandler)
-	}
 	maxWaits := config.MaxWaits
-	if maxWaits == 0 {
-		maxWaits = MaxWaitsDefault
-	}
-	if maxWaits < 0 {
-		return nil, fmt.Errorf("httpapi: MaxWaits must be positive, not %d", maxWaits)
-	}
 	h.maxWaits = maxWaits
 
 	namespaces := []string{h.defaultNamespace}
 	if len(config.Tokens) > 0 {
 		namespaces = nil
-		if err := access.CheckDuplicates(config.Tokens); err != nil {
-			return nil, fmt.Errorf("httpapi: tokens: %w", err)
-		}
 		for _, t := range config.Tokens {
-			if err := outbox.ValidateNamespace(t.Namespace); err != nil {
-				return nil, fmt.Errorf("httpapi: token for an invalid namespace: %w", err)
-			}
-			if !t.Role.Valid() {
-				return nil, fmt.Errorf("httpapi: token %s has no valid role (%s)", t.Fingerprint(), t.Role)
-			}
 			h.tokens = append(h.tokens, t)
 			if !slices.Contains(namespaces, t.Namespace) {
 				namespaces = append(namespaces, t.Namespace)
@@ -179,12 +206,8 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	if h.migrator, err = migrations.New(pool, client.Schema()); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	window := config.AutoKeyWindow
-	if window == 0 {
-		window = mcpserver.AutoKeyWindowDefault
-	}
 	if h.guard, err = keyguard.New(pool, client, &keyguard.Config{
-		Mode: config.ModelKeyGuard, ObserverFunc: config.PossibleDuplicateFunc, Window: window,
+		Mode: config.ModelKeyGuard, ObserverFunc: config.PossibleDuplicateFunc, Window: config.AutoKeyWindow,
 	}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}

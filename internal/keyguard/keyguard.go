@@ -49,7 +49,11 @@ const (
 
 // Defaults of Config.
 const (
-	ModeDefault   = ModeRefuse
+	// ModeDefault is Config.Mode's default.
+	ModeDefault = ModeRefuse
+	// WindowDefault is Config.Window's default, and the automatic key's
+	// window (mcpserver.Config.AutoKeyWindow): one window, the guard's and
+	// the key's.
 	WindowDefault = 10 * time.Minute
 )
 

@@ -19,10 +19,6 @@ import (
 )
 
 const (
-	// AutoKeyWindowDefault is the automatic key's window when
-	// Config.AutoKeyWindow is zero: OUTBOX_AUTO_KEY_WINDOW's default.
-	AutoKeyWindowDefault = 10 * time.Minute
-
 	// ListLimitDefault is list_intents' page size when the call names none:
 	// smaller than the HTTP API's, because every intent listed costs the
 	// model context.
@@ -30,6 +26,9 @@ const (
 
 	// NameDefault is the server's name in MCP's initialize answer.
 	NameDefault = "outbox"
+
+	// VersionDefault is Config.Version's default.
+	VersionDefault = "dev"
 )
 
 // keyArgument is the argument of every mutating tool that carries the
@@ -56,7 +55,7 @@ type Config struct {
 
 	// AutoKeyWindow is the window of the automatic key: identical calls
 	// without idempotency_key within this long of the first are one action.
-	// Defaults to AutoKeyWindowDefault.
+	// Defaults to keyguard.WindowDefault.
 	AutoKeyWindow time.Duration
 
 	// Logger receives the server's diagnostics. Arguments and keys are never
@@ -65,8 +64,7 @@ type Config struct {
 
 	// ModelKeyGuard is what a mutating tool does with a model's fresh key
 	// for an action recorded within AutoKeyWindow under another key
-	// (OUTBOX_MODEL_KEY_GUARD; package keyguard). Defaults to
-	// keyguard.ModeRefuse.
+	// (package keyguard). Defaults to keyguard.ModeDefault.
 	ModelKeyGuard keyguard.Mode
 
 	// Namespace is the namespace every call reads and writes. Defaults to
@@ -103,7 +101,7 @@ type Config struct {
 	Tools []*EffectTool
 
 	// Version is the server's version in MCP's initialize answer. Defaults
-	// to "dev".
+	// to VersionDefault.
 	Version string
 
 	// WaitFunc waits until the intent (namespace, key) is terminal or ctx
@@ -111,6 +109,44 @@ type Config struct {
 	// which it defaults to. The HTTP API sets it to bound how many waits hold
 	// a database connection at once.
 	WaitFunc func(ctx context.Context, namespace, key string) (*outbox.Intent, error)
+}
+
+// withDefaults returns a copy of c with every zero setting at its default.
+func (c *Config) withDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	if out.Actor == "" {
+		out.Actor = access.CLIActor()
+	}
+	if out.AutoKeyWindow == 0 {
+		out.AutoKeyWindow = keyguard.WindowDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.ModelKeyGuard == "" {
+		out.ModelKeyGuard = keyguard.ModeDefault
+	}
+	if out.Namespace == "" {
+		out.Namespace = outbox.NamespaceDefault
+	}
+	if out.Version == "" {
+		out.Version = VersionDefault
+	}
+	return &out
+}
+
+// validate checks a config with its defaults.
+func (c *Config) validate() error {
+	if c.AutoKeyWindow < 0 {
+		return fmt.Errorf("mcpserver: AutoKeyWindow must be positive, not %s", c.AutoKeyWindow)
+	}
+	if err := outbox.ValidateNamespace(c.Namespace); err != nil {
+		return fmt.Errorf("mcpserver: %w", err)
+	}
+	return nil
 }
 
 // server holds what the tool handlers share.
@@ -137,8 +173,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	if pool == nil || client == nil {
 		return nil, errors.New("mcpserver: pool and client must not be nil")
 	}
-	if config == nil {
-		config = &Config{}
+	config = config.withDefaults()
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
 	s := &server{
 		actorDefault:  config.Actor,
@@ -149,24 +186,6 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		pool:          pool,
 		rateLimitFunc: config.RateLimitFunc,
 		waitFunc:      config.WaitFunc,
-	}
-	if s.actorDefault == "" {
-		s.actorDefault = access.CLIActor()
-	}
-	if s.autoKeyWindow == 0 {
-		s.autoKeyWindow = AutoKeyWindowDefault
-	}
-	if s.autoKeyWindow < 0 {
-		return nil, fmt.Errorf("mcpserver: AutoKeyWindow must be positive, not %s", s.autoKeyWindow)
-	}
-	if s.logger == nil {
-		s.logger = slog.New(slog.DiscardHandler)
-	}
-	if s.namespace == "" {
-		s.namespace = outbox.NamespaceDefault
-	}
-	if err := outbox.ValidateNamespace(s.namespace); err != nil {
-		return nil, fmt.Errorf("mcpserver: %w", err)
 	}
 	if s.waitFunc == nil {
 		s.waitFunc = client.Wait
@@ -186,12 +205,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 			return nil, err
 		}
 	}
-	version := config.Version
-	if version == "" {
-		version = "dev"
-	}
-
-	srv := mcp.NewServer(&mcp.Implementation{Name: NameDefault, Title: "outbox", Version: version}, &mcp.ServerOptions{
+	srv := mcp.NewServer(&mcp.Implementation{Name: NameDefault, Title: "outbox", Version: config.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       SDKLogger(s.logger),
 	})
