@@ -334,6 +334,13 @@ func TestUpstreams(t *testing.T) {
 			return err == nil && strings.Contains(p.output(), "upstream tool withdrawn")
 		}, 30*time.Second, 100*time.Millisecond, "withdrawn on list_changed")
 		require.NotContains(t, p.output(), `tool=create_note code=upstream_drift`, "a description is no drift")
+		names := map[string]bool{}
+		for tool, err := range s2.Tools(context.Background(), nil) {
+			require.NoError(t, err)
+			names[tool.Name] = true
+		}
+		require.False(t, names["notes_send_message"], "a drifted tool is not listed")
+		require.True(t, names["notes_create_note"])
 		_, a := callTool(t, s2, "notes_send_message", map[string]any{"to": "eve", "text": "drift", "idempotency_key": "msg-drift"})
 		require.NotEqual(t, outbox.StateSucceeded, a.State)
 		require.Eventually(t, func() bool {

@@ -225,7 +225,7 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 	if !ok {
 		return nil, fail("", "must be a mapping")
 	}
-	if err := l.knownIn(m, base, name, "", upstreamFields, fail); err != nil {
+	if err := knownIn(m, "", upstreamFields, fail); err != nil {
 		return nil, err
 	}
 	u := &Upstream{
@@ -574,8 +574,9 @@ func (l *loader) upstreamErrorf(path, upstream, field, format string, args ...an
 	return &FileError{File: l.file, Line: l.line(path), Upstream: upstream, Field: field, Err: fmt.Errorf(format, args...)}
 }
 
-// knownIn refuses members of m not in fields, through fail.
-func (l *loader) knownIn(m orderedMap, _ string, _ string, prefix string, fields []string, fail func(string, string, ...any) error) error {
+// knownIn refuses the first member of m not in fields, through fail, its
+// field named prefix + member.
+func knownIn(m orderedMap, prefix string, fields []string, fail func(string, string, ...any) error) error {
 	for _, kv := range m {
 		if !slices.Contains(fields, kv.key) {
 			return fail(prefix+kv.key, "unknown field (expected one of %s)", strings.Join(fields, ", "))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -265,7 +266,7 @@ type PassthroughTool struct {
 	conn      *UpstreamConn
 	locked    *LockedTool
 	observe   func(upstream, tool, outcome string)
-	withdrawn sync.Map // "code" -> string
+	withdrawn atomic.Pointer[string]
 }
 
 // Name is the mirrored name.
@@ -292,13 +293,14 @@ func (p *PassthroughTool) Annotations() *mcp.ToolAnnotations { return p.locked.A
 // Namespaces are the namespaces that see the tool; empty means all.
 func (p *PassthroughTool) Namespaces() []string { return p.conn.u.Namespaces() }
 
-func (p *PassthroughTool) withdraw(code string) { p.withdrawn.Store("code", code) }
+func (p *PassthroughTool) withdraw(code string) { p.withdrawn.Store(&code) }
 
 // Withdrawn is why the tool is withdrawn, or "".
 func (p *PassthroughTool) Withdrawn() string {
-	v, _ := p.withdrawn.Load("code")
-	s, _ := v.(string)
-	return s
+	if c := p.withdrawn.Load(); c != nil {
+		return *c
+	}
+	return ""
 }
 
 // Call forwards a call with the caller's deadline (at most the upstream's

@@ -471,9 +471,6 @@ func (c *UpstreamConn) call(ctx context.Context, tool string, args map[string]an
 	if errors.As(err, &rpcErr) {
 		return nil, rpcErr, nil
 	}
-	if errors.Is(err, mcp.ErrConnectionClosed) && !attempted && !c.u.Stdio() {
-		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, fmt.Errorf("upstream %s: %s", c.u.name, text))
-	}
 	// A timeout, a dropped stream, a child that exited: the call may have
 	// acted. Cancellation was sent, and is no proof of anything.
 	m.markGoneIfClosed(s)
@@ -490,12 +487,19 @@ func (m *member) markGone(s *mcp.ClientSession) {
 	go func() { _ = s.Close() }()
 }
 
-// markGoneIfClosed drops a session whose connection is closed.
+// markGoneIfClosed drops a session that no longer answers a ping (a
+// child that died, a stream the upstream closed), so the next call
+// connects anew instead of failing on it.
 func (m *member) markGoneIfClosed(s *mcp.ClientSession) {
-	if err := s.Ping(context.Background(), nil); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if err := s.Ping(ctx, nil); err != nil {
 		m.markGone(s)
 	}
 }
+
+// pingTimeout bounds the ping that checks a session after a lost call.
+const pingTimeout = 2 * time.Second
 
 // LookupRequest implements effects.RequestReconciler: it calls the
 // look-up tool and finds the marker. An error, an isError answer or items

@@ -26,7 +26,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 	if !ok {
 		return nil, fail("", "must be a mapping")
 	}
-	if err := l.knownIn(m, base, u.name, "", toolFields, fail); err != nil {
+	if err := knownIn(m, "", toolFields, fail); err != nil {
 		return nil, err
 	}
 	td := &ToolDecl{name: name, declarations: m}
@@ -169,7 +169,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 			if !ok {
 				return nil, fail(field, "must be a mapping with when and class")
 			}
-			if err := l.knownIn(rm, "", "", field+".", ruleFields, fail); err != nil {
+			if err := knownIn(rm, field+".", ruleFields, fail); err != nil {
 				return nil, err
 			}
 			when, _ := rm.get("when")

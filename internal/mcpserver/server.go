@@ -282,6 +282,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		tracerProvider = otel.GetTracerProvider()
 	}
 	srv.AddReceivingMiddleware(traceToolCalls(tracerProvider.Tracer(tracerName), listed))
+	srv.AddReceivingMiddleware(hideWithdrawn(withdrawnFuncs(tools, config.Passthrough, client)))
 	return srv, nil
 }
 

@@ -240,3 +240,48 @@ func mayRead(req *mcp.CallToolRequest) error {
 	}
 	return &outbox.Error{Code: outbox.CodeForbidden, Field: "Authorization", Message: "this tool requires the role reader or above"}
 }
+
+// withdrawnFuncs are, by tool name, the MCP upstream tools' withdrawal
+// states: a tool that drifted from its pin, or is gone, is not listed.
+func withdrawnFuncs(tools []*EffectTool, passthrough []PassthroughTool, client *outbox.Client) map[string]func() string {
+	funcs := map[string]func() string{}
+	for _, t := range tools {
+		if t == nil || t.Upstream == "" {
+			continue
+		}
+		if e, ok := client.Effects().Get(t.Effect); ok {
+			if u, ok := e.(upstreamEffect); ok {
+				funcs[t.Name] = u.Withdrawn
+			}
+		}
+	}
+	for _, p := range passthrough {
+		funcs[p.Name()] = p.Withdrawn
+	}
+	return funcs
+}
+
+// hideWithdrawn leaves withdrawn upstream tools out of tools/list: a host
+// is not offered a tool whose upstream changed it under the same name
+// until the operator pins it again (a call that comes anyway waits, or
+// fails, as its tool says).
+func hideWithdrawn(withdrawn map[string]func() string) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		if len(withdrawn) == 0 {
+			return next
+		}
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if method != "tools/list" || err != nil {
+				return res, err
+			}
+			if list, ok := res.(*mcp.ListToolsResult); ok {
+				list.Tools = slices.DeleteFunc(slices.Clone(list.Tools), func(t *mcp.Tool) bool {
+					f, ok := withdrawn[t.Name]
+					return ok && f() != ""
+				})
+			}
+			return res, nil
+		}
+	}
+}
