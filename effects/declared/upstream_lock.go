@@ -77,7 +77,7 @@ func LockPath(effectsFile string) string { return effectsFile + ".lock" }
 
 // ReadLock reads a lock file.
 func ReadLock(path string) (*Lock, error) {
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(path) //nolint:gosec // the operator's own lock file, named by OUTBOX_EFFECTS_LOCK
 	if err != nil {
 		return nil, err
 	}

@@ -2,10 +2,10 @@ package cli
 
 import (
 	"fmt"
-	"github.com/outbox-dev/outbox/internal/access"
 	"net"
 	"strings"
 
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 

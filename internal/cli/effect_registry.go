@@ -412,31 +412,6 @@ func loadDeclaredFile(cfg *Config, file string, noEnv bool, onRuleError func(str
 	})
 }
 
-// loadDeclared loads the declared effects of file (none when file is
-// empty). In the sandbox (and so the demo) a declared effect is sent only
-// to a loopback host. noEnv skips the {env.*} variables (effects check
-// --no-env). onRuleError counts outcome rules that fail to evaluate.
-func loadDeclared(cfg *Config, file string, noEnv bool, onRuleError func(string)) ([]*declared.Effect, error) {
-	if file == "" {
-		return nil, nil
-	}
-	reserved, reservedTools := builtinNames()
-	lookupEnv := func(name string) (string, bool) { return os.LookupEnv(name) }
-	if cfg.lookuper != nil {
-		lookupEnv = cfg.lookuper.Lookup
-	}
-	return declared.Load(file, &declared.Config{
-		EffectTimeout: cfg.EffectTimeout,
-		LookupEnv:     lookupEnv,
-		LoopbackOnly:  cfg.Sandbox || cfg.loopbackEffects,
-		NoEnv:         noEnv,
-		OnRuleError:   onRuleError,
-		Reserved:      reserved,
-		ReservedTools: reservedTools,
-		Retention:     cfg.Retention,
-	})
-}
-
 // logProviders says where each provider effect sends, never with a secret:
 // URLs lose their user information, webhook endpoints are named, not shown
 // (their URLs can carry tokens).

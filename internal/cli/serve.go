@@ -157,11 +157,11 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 	return &daemon.Config{
 		AdminAddr: cfg.AdminAddr,
 		API: httpapi.Config{
-			AutoKeyWindow: cfg.AutoKeyWindow,
-			MaxWaits:      cfg.MaxWaits,
+			AutoKeyWindow:  cfg.AutoKeyWindow,
+			MaxWaits:       cfg.MaxWaits,
 			MCPPassthrough: passthroughTools(cfg),
-			ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
-			RateLimit:     cfg.RateLimitValue(),
+			ModelKeyGuard:  keyguard.Mode(cfg.ModelKeyGuard),
+			RateLimit:      cfg.RateLimitValue(),
 		},
 		APITokens:     cfg.Tokens(),
 		ApprovalRules: cfg.ApprovalRules(),

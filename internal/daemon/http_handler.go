@@ -219,7 +219,7 @@ func slowFailures(next http.Handler, limiter *access.FailureLimiter) http.Handle
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusTooManyRequests)
-			_, _ = fmt.Fprintf(w, `{"error":{"code":"rate_limited","message":"too many wrong credentials from this address; retry after %d s"}}`+"\n", secs)
+			_, _ = w.Write([]byte(`{"error":{"code":"rate_limited","message":"too many wrong credentials from this address; retry after ` + strconv.Itoa(secs) + ` s"}}` + "\n"))
 			return
 		}
 		sw := &statusWriter{ResponseWriter: w}

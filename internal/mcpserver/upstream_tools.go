@@ -127,9 +127,9 @@ const unknownAdvice = "do not retry: an operator decides"
 func upstreamResult(a enqueueAnswer) (*mcp.CallToolResult, error) {
 	ans := upstreamAnswer{enqueueAnswer: a}
 	var blocks []mcp.Content
-	if a.Intent.State == outbox.StateSucceeded && len(a.Intent.Result) > 0 {
+	if a.State == outbox.StateSucceeded && len(a.Result) > 0 {
 		var stored storedUpstream
-		if err := json.Unmarshal(a.Intent.Result, &stored); err == nil {
+		if err := json.Unmarshal(a.Result, &stored); err == nil {
 			ans.Upstream = &stored
 			for _, raw := range stored.Content {
 				var block struct {
@@ -152,10 +152,10 @@ func upstreamResult(a enqueueAnswer) (*mcp.CallToolResult, error) {
 		return nil, fmt.Errorf("error encoding tool result: %w", err)
 	}
 	res := &mcp.CallToolResult{StructuredContent: json.RawMessage(b)}
-	switch a.Intent.State {
+	switch a.State {
 	case outbox.StateFailed, outbox.StateCancelled:
 		res.IsError = true
-		res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf("%s: the action did not happen (%s)", a.Intent.State, errorCode(a.Intent))})
+		res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf("%s: the action did not happen (%s)", a.State, errorCode(a.Intent))})
 	case outbox.StateUnknown:
 		res.IsError = true
 		res.Content = append(res.Content, &mcp.TextContent{Text: "unknown: the upstream may or may not have acted; " + unknownAdvice})
