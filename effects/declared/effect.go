@@ -131,6 +131,12 @@ func (e *Effect) DedupeWindow() time.Duration {
 // numeric comparison (numeric) needs a number or integer property. An empty
 // arg (every intent of the effect) is always valid.
 func (e *Effect) CheckApprovalRule(arg string, numeric bool) error {
+	return checkApprovalRule(e.name, e.schemaJSON, arg, numeric)
+}
+
+// checkApprovalRule checks an approval rule's argument against an effect's
+// args schema: a top-level property, numeric for < and >.
+func checkApprovalRule(name string, schemaJSON json.RawMessage, arg string, numeric bool) error {
 	if arg == "" {
 		return nil
 	}
@@ -139,13 +145,13 @@ func (e *Effect) CheckApprovalRule(arg string, numeric bool) error {
 			Type any `json:"type"`
 		} `json:"properties"`
 	}
-	_ = json.Unmarshal(e.schemaJSON, &schema)
+	_ = json.Unmarshal(schemaJSON, &schema)
 	prop, ok := schema.Properties[arg]
 	if !ok {
-		return fmt.Errorf("effect %s has no top-level argument %q in its declared schema", e.name, arg)
+		return fmt.Errorf("effect %s has no top-level argument %q in its declared schema", name, arg)
 	}
 	if numeric && prop.Type != "number" && prop.Type != "integer" {
-		return fmt.Errorf("effect %s: argument %q is not declared a number or integer, so it cannot be compared with < or >", e.name, arg)
+		return fmt.Errorf("effect %s: argument %q is not declared a number or integer, so it cannot be compared with < or >", name, arg)
 	}
 	return nil
 }

@@ -120,6 +120,13 @@ func (t *UpstreamTool) DedupeWindow() time.Duration {
 	return 100 * 365 * 24 * time.Hour
 }
 
+// CheckApprovalRule refuses an approval rule on the tool that names an
+// argument its pinned schema does not have at the top level, or compares a
+// non-numeric one with < or >: such a rule would never hold a call.
+func (t *UpstreamTool) CheckApprovalRule(arg string, numeric bool) error {
+	return checkApprovalRule(t.name, t.schemaJSON, arg, numeric)
+}
+
 // Withdraw makes calls wait not_sent with code (upstream_drift,
 // upstream_tool_missing); "" restores the tool.
 func (t *UpstreamTool) Withdraw(code string) {

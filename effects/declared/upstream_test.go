@@ -172,6 +172,9 @@ func TestUpstreamPin(t *testing.T) {
 		require.NotContains(t, string(send.ArgsSchema()), "idempotencyKey", "key_arg is outbox's")
 		require.Error(t, send.ValidateArgs(json.RawMessage(`{"to":"a","idempotencyKey":"x"}`)))
 		require.NoError(t, send.ValidateArgs(json.RawMessage(`{"to":"a"}`)))
+		require.NoError(t, send.CheckApprovalRule("to", false))
+		require.Error(t, send.CheckApprovalRule("to", true), "not a number")
+		require.Error(t, send.CheckApprovalRule("amount", false), "not in the pinned schema")
 
 		// A description changes no hash; a lock for another declaration
 		// refuses to bind.

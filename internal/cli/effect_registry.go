@@ -293,7 +293,11 @@ func checkDeclaredApprovalRules(cfg *Config, registry *effects.Registry) error {
 		if !ok {
 			continue
 		}
-		d, ok := e.(*declared.Effect)
+		// Declared effects and recorded MCP upstream tools have schemas
+		// from the file or the lock; the built-ins check their own.
+		d, ok := e.(interface {
+			CheckApprovalRule(arg string, numeric bool) error
+		})
 		if !ok {
 			continue
 		}

@@ -125,6 +125,17 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 		return err
 	}
 	defer catalog.Close()
+	for _, r := range cfg.ApprovalRules() {
+		for _, t := range catalog.Recorded {
+			if t.Name() != r.Effect {
+				continue
+			}
+			numeric := r.Op == ">" || r.Op == ">=" || r.Op == "<" || r.Op == "<="
+			if err := t.CheckApprovalRule(r.Arg, numeric); err != nil {
+				return &ConfigError{Var: envName("Approval"), Message: "rule " + r.String() + ": " + err.Error()}
+			}
+		}
+	}
 	for _, t := range catalog.Recorded {
 		b, err := json.MarshalIndent(effectCheck{Name: t.Name(), Guarantee: string(t.Guarantee()), Tool: t.Tool(),
 			URL: "mcp: " + t.UpstreamName() + "/" + t.UpstreamTool(), Declaration: t.DeclarationSHA256(), ArgsSchema: t.ArgsSchema()}, "", "  ")
