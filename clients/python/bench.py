@@ -1,6 +1,7 @@
 """The overhead of outbox_client.enqueue against the raw SQL call.
 
-One enqueue per transaction, N of each, on one connection to DATABASE_URL
+One enqueue per transaction, N of each in 5 interleaved rounds (the median
+round counts: the machine is shared), on one connection to DATABASE_URL
 (a migrated database; intents it writes are in namespace bench-<random>,
 deleted at the end). Prints the mean per transaction and the ratios.
 
@@ -26,15 +27,25 @@ args = {"amount": 1999, "currency": "eur", "customer": "cus_bench"}
 RAW = "SELECT (intent).id, (intent).state, duplicate FROM outbox.enqueue(%s, %s, %s, %s::jsonb, %s)"
 
 
-def run(name, fn, conn):
-    for i in range(200):  # warm up: prepared statements, caches
-        with conn.transaction():
-            fn(conn, f"{name}-warm-{i}")
-    start = time.perf_counter()
-    for i in range(N):
-        with conn.transaction():
-            fn(conn, f"{name}-{i}")
-    return (time.perf_counter() - start) / N * 1e6
+ROUNDS = 5
+
+
+def time_all(variants):
+    """The median round's mean per transaction, of each variant: (fn, conn)."""
+    n = -(-N // ROUNDS)
+    rounds = {name: [] for name in variants}
+    for name, (fn, conn) in variants.items():
+        for i in range(200):  # warm up: prepared statements, caches
+            with conn.begin() if hasattr(conn, "begin") else conn.transaction():
+                fn(conn, f"v{list(variants).index(name)}-warm-{i}")
+    for r in range(ROUNDS):
+        for name, (fn, conn) in variants.items():
+            start = time.perf_counter()
+            for i in range(n):
+                with conn.begin() if hasattr(conn, "begin") else conn.transaction():
+                    fn(conn, f"v{list(variants).index(name)}-{r}-{i}")
+            rounds[name].append((time.perf_counter() - start) / n * 1e6)
+    return {name: sorted(v)[ROUNDS // 2] for name, v in rounds.items()}
 
 
 def raw(conn, key):
@@ -52,31 +63,24 @@ def package(conn, key):
     ob.enqueue(conn, namespace=ns, key=key, effect="noop", args=args)
 
 
-def sqlalchemy_session(session, key):
-    ob.enqueue(session, namespace=ns, key=key, effect="noop", args=args)
-
-
 with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
-    results = {"raw outbox.enqueue (psycopg)": run("raw", raw, conn),
-               "raw outbox.enqueue in a SAVEPOINT (psycopg)": run("rawsp", raw_savepoint, conn),
-               "outbox_client.enqueue (psycopg)": run("pkg", package, conn)}
+    variants = {"raw outbox.enqueue (psycopg)": (raw, conn),
+                "raw outbox.enqueue in a SAVEPOINT (psycopg)": (raw_savepoint, conn),
+                "outbox_client.enqueue (psycopg)": (package, conn)}
+    engine = None
     try:
         import sqlalchemy
         from sqlalchemy.orm import Session
 
         engine = sqlalchemy.create_engine(os.environ["DATABASE_URL"].replace("postgresql://", "postgresql+psycopg2://", 1))
-        with Session(engine) as session:
-            for i in range(200):
-                with session.begin():
-                    sqlalchemy_session(session, f"sa-warm-{i}")
-            start = time.perf_counter()
-            for i in range(N):
-                with session.begin():
-                    sqlalchemy_session(session, f"sa-{i}")
-            results["outbox_client.enqueue (SQLAlchemy Session, psycopg2)"] = (time.perf_counter() - start) / N * 1e6
-        engine.dispose()
+        session = Session(engine)
+        variants["outbox_client.enqueue (SQLAlchemy Session, psycopg2)"] = (package, session)
     except ImportError:
         pass
+    results = time_all(variants)
+    if engine is not None:
+        session.close()
+        engine.dispose()
     base = results["raw outbox.enqueue (psycopg)"]
     for name, us in results.items():
         print(f"{name:55s} {us:8.0f} us/transaction  x{us / base:.2f}")
