@@ -215,3 +215,33 @@ def test_sqlalchemy_connection_and_session(env, key):
 def test_schema_is_checked():
     with pytest.raises(ValueError):
         ob.enqueue(None, key="k", effect="noop", args={}, schema='x"; DROP TABLE y; --')
+
+
+def test_a_role_granted_only_the_functions(env, key):
+    """A service's role with only what `outboxd migrate print-grants` gives
+    it (no right on the table) enqueues, and learns the existing intent of a
+    reused key."""
+    import secrets
+
+    role = "outbox_pyclient_svc_" + secrets.token_hex(4)
+    grants = env.cli("migrate", "print-grants", role, "shop")
+    assert grants.returncode == 0, grants.stderr
+    with env.connect(autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        admin.execute(grants.stdout)
+    try:
+        with psycopg.connect(env.database_url, user=role) as conn:
+            first = ob.enqueue(conn, namespace="shop", key=key, effect="noop", args={"amount": 1})
+            with pytest.raises(ob.KeyReusedError) as e:
+                ob.enqueue(conn, namespace="shop", key=key, effect="noop", args={"amount": 2})
+            assert e.value.existing.id == first.intent.id
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT count(*) FROM outbox.outbox_intent")
+            conn.rollback()
+            with pytest.raises(ob.ForbiddenError):
+                ob.enqueue(conn, namespace="elsewhere", key=key, effect="noop", args={"amount": 1})
+            conn.rollback()
+    finally:
+        with env.connect(autocommit=True) as admin:
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')

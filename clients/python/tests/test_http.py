@@ -116,5 +116,9 @@ def test_idempotent_tool(env, key):
         return {"amount": amount}
 
     assert from_model(f"{key}-model", amount=3)["state"] == "succeeded"
+    # The model re-emits the call with a fresh key: the server's guard
+    # refuses it, naming the earlier key.
+    with pytest.raises(ob.PossibleDuplicateError):
+        from_model(f"{key}-model-2", amount=3)
     with pytest.raises(ValueError):
         ob.idempotent_tool(env.agent, "noop", key_from=str, key_origin="llm")
