@@ -1,5 +1,6 @@
 // enqueue in the caller's transaction with pg, postgres.js, and the README's
 // Kysely and Drizzle recipes, against a real database and outboxd serve.
+import { execFileSync } from "node:child_process";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { sql as dsql } from "drizzle-orm";
 import { CompiledQuery, Kysely, PostgresDialect } from "kysely";
@@ -7,7 +8,7 @@ import pg from "pg";
 import postgres from "postgres";
 import { afterAll, describe, expect, it } from "vitest";
 import {
-  InvalidArgsError, InvalidKeyError, KeyReusedError, NotFoundError, UnknownEffectError, argsSHA256, enqueue, enqueueMany,
+  ForbiddenError, InvalidArgsError, InvalidKeyError, KeyReusedError, NotFoundError, UnknownEffectError, argsSHA256, enqueue, enqueueMany,
   type SQLExecutor,
 } from "../src/index.js";
 import { agent, cli, effectsAtProvider, env, newKey, operator } from "./env.js";
@@ -129,6 +130,31 @@ describe("pg", () => {
     expect((await agent.wait(key, 1000)).state).toBe("awaiting_approval");
     await operator.approve(key, r.intent.args_sha256, "checked");
     expect((await agent.wait(key)).state).toBe("succeeded");
+  });
+
+  it("works for a role granted only the functions (print-grants)", async () => {
+    const role = `outbox_tsclient_svc_${Math.random().toString(16).slice(2, 10)}`;
+    const grants = execFileSync(env.outboxd, ["migrate", "print-grants", role, "shop"], { env: { ...process.env, DATABASE_URL: env.databaseURL } }).toString();
+    await pool.query(`CREATE ROLE "${role}" LOGIN`);
+    await pool.query(grants);
+    const url = new URL(env.databaseURL);
+    url.username = role;
+    const svc = new pg.Client({ connectionString: url.toString() });
+    await svc.connect();
+    try {
+      const key = newKey("role");
+      await svc.query("BEGIN");
+      const first = await enqueue(svc, { namespace: "shop", key, effect: "noop", args: { amount: 1 } });
+      const err = await enqueue(svc, { namespace: "shop", key, effect: "noop", args: { amount: 2 } }).catch((e) => e);
+      expect(err).toBeInstanceOf(KeyReusedError);
+      expect(err.existing.id).toBe(first.intent.id);
+      await svc.query("COMMIT");
+      await expect(enqueue(svc, { namespace: "elsewhere", key, effect: "noop", args: { amount: 1 } })).rejects.toBeInstanceOf(ForbiddenError);
+    } finally {
+      await svc.end();
+      await pool.query(`DROP OWNED BY "${role}"`);
+      await pool.query(`DROP ROLE "${role}"`);
+    }
   });
 
   it("enqueues many atomically", async () => {
