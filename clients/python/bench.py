@@ -31,21 +31,25 @@ ROUNDS = 5
 
 
 def time_all(variants):
-    """The median round's mean per transaction, of each variant: (fn, conn)."""
+    """The median round's mean per transaction, of each variant: (fn, conn),
+    wall time and this process's CPU time (what the client itself spends,
+    which the machine's other load disturbs less)."""
     n = -(-N // ROUNDS)
     rounds = {name: [] for name in variants}
+    cpu = {name: [] for name in variants}
     for name, (fn, conn) in variants.items():
         for i in range(200):  # warm up: prepared statements, caches
             with conn.begin() if hasattr(conn, "begin") else conn.transaction():
                 fn(conn, f"v{list(variants).index(name)}-warm-{i}")
     for r in range(ROUNDS):
         for name, (fn, conn) in variants.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for i in range(n):
                 with conn.begin() if hasattr(conn, "begin") else conn.transaction():
                     fn(conn, f"v{list(variants).index(name)}-{r}-{i}")
             rounds[name].append((time.perf_counter() - start) / n * 1e6)
-    return {name: sorted(v)[ROUNDS // 2] for name, v in rounds.items()}
+            cpu[name].append((time.process_time() - start_cpu) / n * 1e6)
+    return {name: (sorted(rounds[name])[ROUNDS // 2], sorted(cpu[name])[ROUNDS // 2]) for name in variants}
 
 
 def raw(conn, key):
@@ -81,7 +85,7 @@ with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
     if engine is not None:
         session.close()
         engine.dispose()
-    base = results["raw outbox.enqueue (psycopg)"]
-    for name, us in results.items():
-        print(f"{name:55s} {us:8.0f} us/transaction  x{us / base:.2f}")
+    base, base_cpu = results["raw outbox.enqueue (psycopg)"]
+    for name, (us, cpu_us) in results.items():
+        print(f"{name:55s} {us:6.0f} us/transaction x{us / base:.2f}   client CPU {cpu_us:5.0f} us x{cpu_us / base_cpu:.2f}")
     conn.execute("DELETE FROM outbox.outbox_intent WHERE namespace = %s", (ns,))

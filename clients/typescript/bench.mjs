@@ -17,11 +17,15 @@ const RAW = "SELECT (intent).id, (intent).state, duplicate FROM outbox.enqueue($
 
 const ROUNDS = 5;
 
+// A round's mean wall time and this process's CPU time (what the client
+// itself spends, which the machine's other load disturbs less), in us.
 async function round(name, fn, r) {
   const n = Math.ceil(N / ROUNDS);
   const start = process.hrtime.bigint();
+  const startCPU = process.cpuUsage();
   for (let i = 0; i < n; i++) await fn(`${name}-${r}-${i}`);
-  return Number(process.hrtime.bigint() - start) / 1000 / n;
+  const c = process.cpuUsage(startCPU);
+  return [Number(process.hrtime.bigint() - start) / 1000 / n, (c.user + c.system) / n];
 }
 
 async function timeAll(variants) {
@@ -29,7 +33,8 @@ async function timeAll(variants) {
   const names = Object.keys(variants);
   for (const [v, name] of names.entries()) for (let i = 0; i < 200; i++) await variants[name](`v${v}-warm-${i}`);
   for (let r = 0; r < ROUNDS; r++) for (const [v, name] of names.entries()) rounds[name].push(await round(`v${v}`, variants[name], r));
-  return Object.fromEntries(Object.entries(rounds).map(([k, v]) => [k, v.sort((a, b) => a - b)[Math.floor(ROUNDS / 2)]]));
+  const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(ROUNDS / 2)];
+  return Object.fromEntries(Object.entries(rounds).map(([k, v]) => [k, [median(v.map((x) => x[0])), median(v.map((x) => x[1]))]]));
 }
 
 const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
@@ -47,9 +52,9 @@ const results = await timeAll({
   "enqueue (postgres.js)": (key) => sql.begin((tx) => enqueue(tx, { namespace: ns, key, effect: "noop", args })),
 });
 const base = { pg: results["raw outbox.enqueue (pg)"], "postgres.js": results["raw outbox.enqueue (postgres.js)"] };
-for (const [name, us] of Object.entries(results)) {
-  const b = name.includes("postgres.js") ? base["postgres.js"] : base.pg;
-  console.log(`${name.padEnd(40)} ${us.toFixed(0).padStart(7)} us/transaction  x${(us / b).toFixed(2)}`);
+for (const [name, [us, cpu]] of Object.entries(results)) {
+  const [b, bCPU] = name.includes("postgres.js") ? base["postgres.js"] : base.pg;
+  console.log(`${name.padEnd(34)} ${us.toFixed(0).padStart(6)} us/transaction x${(us / b).toFixed(2)}   client CPU ${cpu.toFixed(0).padStart(5)} us x${(cpu / bCPU).toFixed(2)}`);
 }
 await client.query("DELETE FROM outbox.outbox_intent WHERE namespace = $1", [ns]);
 await client.end();
