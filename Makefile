@@ -2,7 +2,7 @@
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: demo run test lint bench soak ci
+.PHONY: demo run test test-clients lint bench soak ci
 
 # The first run: the story outbox exists for, told with real calls, then
 # River UI and /metrics until Ctrl-C. A throwaway PostgreSQL unless
@@ -20,6 +20,13 @@ run:
 # throwaway PostgreSQL cluster from the local binaries.
 test:
 	go test ./...
+
+# The client packages (clients/python, clients/typescript): their tests
+# against a database of their own and a real serve each, then each installed
+# as its README says and its example run. Needs Debian's python3-psycopg,
+# python3-sqlalchemy, python3-requests and python3-pytest, and node.
+test-clients:
+	clients/test.sh
 
 # golangci-lint (pinned, installed by scripts/install-test-tools.sh into
 # GOPATH/bin): gofmt and gci, go vet, staticcheck, errcheck, errorlint,
@@ -42,4 +49,4 @@ bench:
 soak:
 	TEST_DATABASE_URL='$(DATABASE_URL)' go test ./integration -run TestSoak -soak.duration 30m -timeout 45m -count=1 -v
 
-ci: lint test
+ci: lint test test-clients

@@ -10,47 +10,37 @@ call's intent back, and one ticket is opened.
 
 import json
 import os
+import sys
 import time
-import urllib.parse
+from pathlib import Path
 
-import requests
+try:
+    import outbox_client
+except ImportError:  # not installed: the package of this repository
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python" / "src"))
+    import outbox_client
 
-OUTBOX_URL = os.environ.get("OUTBOX_URL", "http://127.0.0.1:8080")
-TOKEN = os.environ.get("OUTBOX_TOKEN")
+from outbox_client import OutboxClient
 
-
-def headers(extra=None):
-    h = {"Content-Type": "application/json"}
-    if TOKEN:
-        h["Authorization"] = "Bearer " + TOKEN
-    h.update(extra or {})
-    return h
+client = OutboxClient(os.environ.get("OUTBOX_URL", "http://127.0.0.1:8080"), token=os.environ.get("OUTBOX_TOKEN"))
 
 
 def open_ticket(key, subject, body):
     """Records the ticket as an intent; every retry sends the same key."""
-    res = requests.post(
-        OUTBOX_URL + "/v1/intents",
-        headers=headers({"Idempotency-Key": key}),
-        data=json.dumps({"effect": "support_ticket", "args": {"subject": subject, "body": body}, "requested_by": "python-declared"}),
-        timeout=10,
-    )
-    res.raise_for_status()
-    return res.json()
+    return client.enqueue(key=key, effect="support_ticket", args={"subject": subject, "body": body},
+                          requested_by="python-declared")
 
 
 def main():
     key = "ticket-" + os.environ.get("EXAMPLE_RUN", str(time.time()))
     answers = [open_ticket(key, "Refund for order 42", "The customer asks for a refund.") for _ in range(2)]
-    final = requests.get(
-        OUTBOX_URL + "/v1/intents/" + urllib.parse.quote(key, safe="") + "?wait=30s", headers=headers(), timeout=40
-    ).json()
+    final = client.wait(key, timeout=30)
     print(json.dumps({
         "example": "python-declared",
-        "intent_ids": [a["id"] for a in answers],
-        "duplicates": [a.get("duplicate", False) for a in answers],
-        "state": final["state"],
-        "result": final.get("result"),
+        "intent_ids": [a.intent.id for a in answers],
+        "duplicates": [a.duplicate for a in answers],
+        "state": final.state,
+        "result": final.result,
     }))
 
 

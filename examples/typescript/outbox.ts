@@ -1,10 +1,13 @@
-// What every example shares: where outbox serves, and how to say who we are.
-export const OUTBOX_URL = process.env.OUTBOX_URL ?? "http://127.0.0.1:8080";
-const token = process.env.OUTBOX_TOKEN;
+// What every example shares: the outbox client (where outbox serves, and the
+// bearer token, from OUTBOX_URL and OUTBOX_TOKEN), and the charge they ask for.
+import { OutboxClient } from "@outbox-dev/client";
 
-/** Headers for outbox's API: the bearer token, when one is set. */
+export const outbox = new OutboxClient({ url: process.env.OUTBOX_URL ?? "http://127.0.0.1:8080", token: process.env.OUTBOX_TOKEN });
+export const OUTBOX_URL = outbox.url;
+
+/** Headers for outbox's /mcp, which the MCP clients send themselves: the bearer token, when one is set. */
 export function authHeaders(): Record<string, string> {
-  return token ? { Authorization: `Bearer ${token}` } : {};
+  return outbox.token ? { Authorization: `Bearer ${outbox.token}` } : {};
 }
 
 /**
