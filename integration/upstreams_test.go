@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -407,13 +408,28 @@ const upstreamsHTTPFile = `upstreams:
         dedupe_window: 1h
 `
 
-// startHTTPUpstream starts the test upstream over HTTP on addr.
+// startHTTPUpstream starts the test upstream over HTTP on addr. The port
+// may be held for a moment by another test's listener (freeAddr closes the
+// one it found): the start is tried again for a few seconds.
 func startHTTPUpstream(t testing.TB, state, addr string) (url string, stop func()) {
 	t.Helper()
-	cmd := exec.Command(mcpupstreamBin(t), "--http", addr)
-	cmd.Env = []string{mcpupstream.StateEnv + "=" + state}
-	url, err := mcpupstream.StartHTTP(context.Background(), cmd)
-	require.NoError(t, err)
+	var cmd *exec.Cmd
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		cmd = exec.Command(mcpupstreamBin(t), "--http", addr)
+		cmd.Env = []string{mcpupstream.StateEnv + "=" + state}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if url, err = mcpupstream.StartHTTP(context.Background(), cmd); err == nil {
+			break
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if time.Now().After(deadline) {
+			t.Fatalf("starting the test upstream on %s: %v: %s", addr, err, stderr.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	stopped := false
 	stop = func() {
 		if !stopped {
