@@ -423,8 +423,10 @@ func startHTTPUpstream(t testing.TB, state, addr string) (url string, stop func(
 		if url, err = mcpupstream.StartHTTP(context.Background(), cmd); err == nil {
 			break
 		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("starting the test upstream on %s: %v: %s", addr, err, stderr.String())
 		}
