@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/fixture/mcpupstream"
 )
 
 // The examples of examples/, each run as its README says against a real
@@ -151,6 +154,30 @@ func checkDeclaredOutcome(t *testing.T, p *providerEnv, out *exampleOutcome) {
 	require.Equal(t, "succeeded", out.State)
 	require.JSONEq(t, `{"id": 1}`, string(out.Result), "the ticket's id, kept through the declaration's result")
 	require.Equal(t, 1, p.sb.Zendesk.Effects(), "one ticket")
+}
+
+// TestExampleTypeScriptUpstream runs the AI SDK example against an MCP
+// server behind outbox (the test upstream over stdio): a framework's retry
+// of the step makes one note, and both calls get the stored answer.
+func TestExampleTypeScriptUpstream(t *testing.T) {
+	t.Parallel()
+	requireTool(t, "node", "cd examples/typescript && npm ci", "typescript/node_modules/tsx")
+	state := t.TempDir()
+	file := filepath.Join(t.TempDir(), "effects.yaml")
+	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, upstreamsFile, mcpupstreamBin(t)), 0o600))
+	e := newEnv(t, "OUTBOX_EFFECTS_FILE="+file, "NOTES_STATE="+state, "OUTBOX_EFFECT_TIMEOUT=5s")
+	_, stderr, code := e.run("effects", "pin", file)
+	require.Equal(t, 0, code, stderr)
+	srv := e.serve()
+	out := runExample(t, srv, "typescript", "npx", "tsx", "ai-sdk-upstream.ts")
+	require.Equal(t, "ai-sdk-upstream", out.Example)
+	require.Len(t, out.IntentIDs, 2, "the framework ran the step twice")
+	require.Equal(t, out.IntentIDs[0], out.IntentIDs[1], "one intent")
+	require.Equal(t, []bool{false, true}, out.Duplicates)
+	require.Equal(t, "succeeded", out.State, "both calls got the same stored answer")
+	notes, err := mcpupstream.Notes(state)
+	require.NoError(t, err)
+	require.Len(t, notes, 1, "one note at the upstream")
 }
 
 func TestExamplesDeclaredEffect(t *testing.T) {
