@@ -102,6 +102,8 @@ type Result struct {
 	// and for outbox the dispatcher) held during the measurement, sampled
 	// every 50 ms; 0 where /proc is not available.
 	PeakRSS int64 `json:"peak_rss_bytes"`
+	// Cost is what the measured units cost the database, per unit.
+	Cost *Cost `json:"cost"`
 }
 
 func (r *Result) String() string {
@@ -369,9 +371,14 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 	if err != nil {
 		return nil, err
 	}
+	var before *costCounters
 	res, err := func() (*Result, error) {
 		if err := warmUp(ctx, sys, min(warmUpUnits, cfg.Count)); err != nil {
 			return nil, fmt.Errorf("%s: %w", kind.Name, err)
+		}
+		var err error
+		if before, err = readCost(ctx, pool, schema); err != nil {
+			return nil, err
 		}
 		return measure(ctx, sys, kind.Name, cfg, offered)
 	}()
@@ -380,7 +387,19 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 	if serr := sys.stop(stopCtx); serr != nil && err == nil {
 		err = serr
 	}
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	// Read after the stop, so that what the lane's units still wrote after
+	// they counted as done (River's completions of outbox's jobs) is in.
+	after, err := readCost(ctx, pool, schema)
+	if err != nil {
+		return nil, err
+	}
+	if res.Cost, err = costBetween(ctx, pool, before, after, res.Count); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // warmUpUnits is how many units a lane runs, untimed, before it is measured.

@@ -54,6 +54,13 @@ that inserts the same way (in a caller's transaction or without one);
 "x hand-written" against the hand-written lane. The targets of docs/design.md
 section 5 are checked and printed last. Peak RSS is this process's (callers,
 River, dispatcher).
+
+Each lane's cost per action, at its maximum rate ("cost" in --json): WAL
+bytes (pg_current_wal_lsn() before and after, so anything else the server
+writes meanwhile counts: run it on a quiet server), index tuples written (one
+per index of a table for each insert and each update that is not HOT, from
+pg_stat_user_tables of the lane's schema; an upper bound for tables with
+partial indexes) and the share of updates that were HOT.
 Expect a few minutes with the defaults on a small machine.`,
 }
 
@@ -134,6 +141,10 @@ type benchLane struct {
 	// RatioToHandWritten is the lane's maximum rate over the hand-written
 	// outbox's.
 	RatioToHandWritten float64 `json:"ratio_to_hand_written"`
+	// Cost is what an action of the lane cost the database at its maximum
+	// rate (Max.Cost): WAL bytes, index entries and the HOT share of its
+	// updates.
+	Cost *bench.Cost `json:"cost"`
 }
 
 // benchTarget is one target and whether this run met it.
@@ -188,25 +199,27 @@ func (a *app) printBench(c *bench.Comparison, batch *bench.BatchComparison, asJS
 	report := benchReport{OfferedRate: c.OfferedRate, Batch: batch, BatchRatio: batch.Ratio(), Targets: benchTargets(c, batch)}
 	for i, k := range c.Kinds {
 		report.Lanes = append(report.Lanes, benchLane{Name: k.Name, Max: c.Max[i], Paced: c.Paced[i], Ratio: c.Ratio(i),
-			RatioLikeForLike: c.RatioLikeForLike(i), RatioToHandWritten: c.RatioTo(i, bench.LaneHandWritten)})
+			RatioLikeForLike: c.RatioLikeForLike(i), RatioToHandWritten: c.RatioTo(i, bench.LaneHandWritten), Cost: c.Max[i].Cost})
 	}
 	if asJSON {
 		return writeJSON(a.stdout, report)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "lane\tmax rate/s\tx plain River\tlike for like\tx hand-written\tp50 ms\tp99 ms\tjob p99 ms\tpeak RSS MB\t\n")
+	fmt.Fprintf(tw, "lane\tmax rate/s\tx plain River\tlike for like\tx hand-written\tp50 ms\tp99 ms\tjob p99 ms\tpeak RSS MB\tWAL B/action\tindex tuples/action\tHOT updates\t\n")
 	for _, l := range report.Lanes {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t\n", l.Name, l.Max.Rate, l.Ratio, l.RatioLikeForLike, l.RatioToHandWritten,
-			ms(l.Paced.P50), ms(l.Paced.P99), ms(l.Paced.JobP99), float64(l.Max.PeakRSS)/(1<<20))
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t\n", l.Name, l.Max.Rate, l.Ratio, l.RatioLikeForLike, l.RatioToHandWritten,
+			ms(l.Paced.P50), ms(l.Paced.P99), ms(l.Paced.JobP99), float64(l.Max.PeakRSS)/(1<<20), costColumns(l.Cost))
 	}
-	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t\n", batch.River.Name+" (1,000/tx)", batch.River.Rate, "-", 1.0, "-", "-", "-", "-", float64(batch.River.PeakRSS)/(1<<20))
-	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t\n", batch.Outbox.Name+" (1,000/tx)", batch.Outbox.Rate, "-", batch.Ratio(), "-", "-", "-", "-", float64(batch.Outbox.PeakRSS)/(1<<20))
+	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", batch.River.Name+" (1,000/tx)", batch.River.Rate, "-", 1.0, "-", "-", "-", "-", float64(batch.River.PeakRSS)/(1<<20), costColumns(batch.River.Cost))
+	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", batch.Outbox.Name+" (1,000/tx)", batch.Outbox.Rate, "-", batch.Ratio(), "-", "-", "-", "-", float64(batch.Outbox.PeakRSS)/(1<<20), costColumns(batch.Outbox.Cost))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintf(a.stdout, "\np50 and p99: commit to terminal, at %.0f units/s (half of plain River's maximum): River's job completed,\n"+
 		"or outbox's intent terminal; job p99: commit to the River job completed (after the intent, for outbox).\n"+
 		"Like for like: against River's lane that inserts the same way (in a caller's transaction or without one).\n"+
+		"WAL, index tuples and HOT updates: per action at the maximum rate; WAL is the server's (anything else running counts),\n"+
+		"index tuples one per index for each insert and non-HOT update of the lane's tables (an upper bound with partial indexes).\n"+
 		"Batch rows: inserts only, 1,000 a transaction; their ratio is against River's InsertManyTx.\n\nTargets (docs/design.md, section 5):\n", c.OfferedRate); err != nil {
 		return err
 	}
@@ -224,6 +237,18 @@ func (a *app) printBench(c *bench.Comparison, batch *bench.BatchComparison, asJS
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// costColumns is a lane's cost as the table's last three columns.
+func costColumns(c *bench.Cost) string {
+	if c == nil {
+		return "-\t-\t-"
+	}
+	hot := "-"
+	if c.UpdatesPerAction > 0 {
+		hot = fmt.Sprintf("%.0f%%", 100*c.HOTUpdateShare)
+	}
+	return fmt.Sprintf("%.0f\t%.1f\t%s", c.WALBytesPerAction, c.IndexTuplesPerAction, hot)
+}
 
 // benchProgress draws a progress bar on stderr: rewritten in place on a
 // terminal, one line per lane elsewhere.

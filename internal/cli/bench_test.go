@@ -36,6 +36,12 @@ func TestBench(t *testing.T) {
 				P50 int64 `json:"p50_ns"`
 				P99 int64 `json:"p99_ns"`
 			} `json:"paced"`
+			Cost *struct {
+				WAL         float64  `json:"wal_bytes_per_action"`
+				IndexTuples float64  `json:"index_tuples_per_action"`
+				HOTShare    *float64 `json:"hot_update_share"`
+				Inserts     float64  `json:"inserts_per_action"`
+			} `json:"cost"`
 		} `json:"lanes"`
 		OfferedRate float64 `json:"offered_rate_per_s"`
 		Batch       struct {
@@ -62,6 +68,14 @@ func TestBench(t *testing.T) {
 		require.Positive(t, l.Max.PeakRSS, l.Name)
 		require.LessOrEqual(t, l.Paced.P50, l.Paced.P99, l.Name)
 		require.Positive(t, l.Paced.P99, l.Name)
+		// Every action writes at least one row, and each row an entry in
+		// its table's primary key.
+		require.NotNil(t, l.Cost, l.Name)
+		require.Positive(t, l.Cost.WAL, l.Name)
+		require.GreaterOrEqual(t, l.Cost.Inserts, 1.0, l.Name)
+		require.GreaterOrEqual(t, l.Cost.IndexTuples, l.Cost.Inserts, l.Name)
+		require.NotNil(t, l.Cost.HOTShare, l.Name)
+		require.True(t, *l.Cost.HOTShare >= 0 && *l.Cost.HOTShare <= 1, l.Name)
 	}
 	// The lanes without a caller's transaction are set against River's
 	// Insert, the others against InsertTx.
