@@ -313,7 +313,14 @@ type Kind struct {
 	// with a unique key, a row and River's InsertTx in the caller's
 	// transaction, a worker that updates the row.
 	HandWritten bool
+	// Watermill is Watermill's PostgreSQL outbox (watermill-sql's log
+	// schema and offsets adapter) with consumer-side dedupe: see
+	// watermillSystem.
+	Watermill bool
 }
+
+// peer reports whether k is another system than outbox and plain River.
+func (k Kind) peer() bool { return k.HandWritten || k.Watermill }
 
 // Lane names of Kinds, which outboxd bench --json reports.
 const (
@@ -323,6 +330,7 @@ const (
 	LaneRiverInsert        = "river Insert (no caller tx)"
 	LaneOutboxNoCallerTx   = "outbox (no caller tx)"
 	LaneOutboxJobPerIntent = "outbox, a job per intent"
+	LaneWatermill          = "watermill-sql"
 )
 
 // Kinds are the systems Compare measures: the baseline first. "outbox" is
@@ -339,6 +347,7 @@ var Kinds = []Kind{
 	{Name: "river InsertTx, unique ByArgs", Unique: true},
 	{Name: LaneOutboxJobPerIntent, Guarantee: effects.GuaranteeDeduplicated},
 	{Name: "outbox, at most once", Guarantee: effects.GuaranteeAtMostOnce},
+	{Name: LaneWatermill, Watermill: true},
 	{Name: LaneRiverInsert, NoCallerTx: true},
 	{Name: LaneOutboxNoCallerTx, Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true, NoCallerTx: true},
 }
@@ -361,6 +370,8 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 		err error
 	)
 	switch {
+	case kind.Watermill:
+		sys, err = newWatermillSystem(ctx, pool, schema, cfg)
 	case kind.HandWritten:
 		sys, err = newHandWrittenSystem(ctx, pool, schema, cfg)
 	case kind.Guarantee == "":
@@ -500,7 +511,7 @@ func (c *Comparison) Ratio(i int) float64 { return c.Max[i].Rate / c.Max[0].Rate
 // where no such lane was measured.
 func (c *Comparison) RatioLikeForLike(i int) float64 {
 	for j, k := range c.Kinds {
-		if k.Guarantee == "" && !k.Unique && !k.HandWritten && k.NoCallerTx == c.Kinds[i].NoCallerTx {
+		if k.Guarantee == "" && !k.Unique && !k.peer() && k.NoCallerTx == c.Kinds[i].NoCallerTx {
 			return c.Max[i].Rate / c.Max[j].Rate
 		}
 	}
@@ -522,7 +533,7 @@ func (c *Comparison) RatioTo(i int, name string) float64 {
 // half the baseline's maximum rate (latency at saturation is only queueing).
 func Compare(ctx context.Context, pool *pgxpool.Pool, kinds []Kind, cfg *Config) (*Comparison, error) {
 	cfg = cfg.withDefaults()
-	if len(kinds) == 0 || kinds[0].Guarantee != "" {
+	if len(kinds) == 0 || kinds[0].Guarantee != "" || kinds[0].Unique || kinds[0].peer() {
 		return nil, errors.New("bench: the first kind must be the River baseline")
 	}
 	if err := warmPool(ctx, pool); err != nil {

@@ -103,7 +103,7 @@ func TestRatioLikeForLike(t *testing.T) {
 	}
 	var riverNoTx int
 	for i, k := range Kinds {
-		if k.Guarantee == "" && !k.Unique && !k.HandWritten && k.NoCallerTx {
+		if k.Guarantee == "" && !k.Unique && !k.peer() && k.NoCallerTx {
 			riverNoTx = i
 		}
 	}

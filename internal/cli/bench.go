@@ -35,6 +35,12 @@ counted once the outcome is durable. The lanes, by their names in --json:
   river InsertTx, unique ByArgs  River's own deduplication
   outbox, a job per intent       outbox with OUTBOX_BATCH_FIRST_ATTEMPTS=false
   outbox, at most once           a claimed effect (written before the call)
+  watermill-sql                  Watermill's PostgreSQL outbox: one Publish a
+                                 caller's transaction (watermill-sql's log
+                                 schema and offsets adapter), a subscriber
+                                 whose handler records the key in a
+                                 processed-keys table in its transaction
+                                 (consumer-side dedupe); one subscriber
   river Insert (no caller tx)    River's Insert, a transaction of its own
   outbox (no caller tx)          outbox's Enqueue, as the HTTP API enqueues
                                  (concurrent calls share a transaction)

@@ -59,7 +59,7 @@ func TestBench(t *testing.T) {
 		} `json:"targets"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &report), res.stdout)
-	require.Len(t, report.Lanes, 8)
+	require.Len(t, report.Lanes, 9)
 	require.Equal(t, "river InsertTx", report.Lanes[0].Name)
 	require.InDelta(t, 1.0, report.Lanes[0].Ratio, 1e-9)
 	for _, l := range report.Lanes {
@@ -84,11 +84,11 @@ func TestBench(t *testing.T) {
 		names[i] = l.Name
 	}
 	require.Equal(t, []string{"river InsertTx", "outbox", "hand-written outbox on River", "river InsertTx, unique ByArgs",
-		"outbox, a job per intent", "outbox, at most once", "river Insert (no caller tx)", "outbox (no caller tx)"}, names)
+		"outbox, a job per intent", "outbox, at most once", "watermill-sql", "river Insert (no caller tx)", "outbox (no caller tx)"}, names)
 	for i, l := range report.Lanes {
 		base := report.Lanes[0].Max.Rate
-		if i >= 6 {
-			base = report.Lanes[6].Max.Rate
+		if i >= 7 {
+			base = report.Lanes[7].Max.Rate
 		}
 		require.InDelta(t, l.Max.Rate/base, l.RatioLikeForLike, 1e-9, l.Name)
 		require.InDelta(t, l.Max.Rate/report.Lanes[2].Max.Rate, l.RatioHandWritten, 1e-9, l.Name)
@@ -97,7 +97,7 @@ func TestBench(t *testing.T) {
 	require.InDelta(t, report.Lanes[0].Max.Rate/2, report.OfferedRate, 1e-6)
 	require.Positive(t, report.Batch.River.Rate)
 	require.InDelta(t, report.Batch.Outbox.Rate/report.Batch.River.Rate, report.BatchRatio, 1e-9)
-	require.Contains(t, res.stderr, "bench: lane 1 of 18: river InsertTx")
+	require.Contains(t, res.stderr, "bench: lane 1 of 20: river InsertTx")
 
 	var left int
 	require.NoError(t, testdb.Pool(t).QueryRow(t.Context(),
