@@ -9,8 +9,8 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
