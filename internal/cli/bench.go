@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,7 +19,7 @@ import (
 
 var cmdBench = &command{
 	name: "bench",
-	args: "[--count N] [--clients N] [--workers N] [--batch-count N] [--json]",
+	args: "[--count N] [--clients N] [--workers N] [--batch-count N] [--lanes NAME,...] [--json]",
 	doc: `Measures, on DATABASE_URL, how fast outbox runs against plain River on the
 same database at the same moment: each lane records --count units from
 --clients callers, one unit per transaction, and runs them with a no-op,
@@ -61,6 +62,9 @@ that inserts the same way (in a caller's transaction or without one);
 section 5 are checked and printed last. Peak RSS is this process's (callers,
 River, dispatcher).
 
+--lanes runs only the lanes named (and plain River, the baseline), for a
+shorter run; the targets of lanes left out are not checked.
+
 Each lane's cost per action, at its maximum rate ("cost" in --json): WAL
 bytes (pg_current_wal_lsn() before and after, so anything else the server
 writes meanwhile counts: run it on a quiet server), index tuples written (one
@@ -79,6 +83,7 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	clients := fs.Int("clients", 16, "concurrent callers, `N`")
 	workersN := fs.Int("workers", 50, "River workers per queue on every lane, `N`")
 	batchCount := fs.Int("batch-count", 50_000, "rows of the batch lanes, 1,000 a transaction, `N`")
+	lanes := fs.String("lanes", "", "only these lanes, by their names, comma-separated (river InsertTx is always first), `NAMES`")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	if _, err := a.parse(cmdBench, fs, args, 0, 0); err != nil {
 		return err
@@ -104,9 +109,13 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 
-	progress := newBenchProgress(a.stderr, len(bench.Kinds)*2+2)
+	kinds, err := benchKinds(*lanes)
+	if err != nil {
+		return err
+	}
+	progress := newBenchProgress(a.stderr, len(kinds)*2+2)
 	bcfg := &bench.Config{Clients: *clients, Count: *count, Workers: *workersN, ProgressFunc: progress.update, SchemaPrefix: BenchSchemaPrefix}
-	c, err := bench.Compare(ctx, pool, bench.Kinds, bcfg)
+	c, err := bench.Compare(ctx, pool, kinds, bcfg)
 	if err == nil {
 		var batch *bench.BatchComparison
 		batchCfg := *bcfg
@@ -122,6 +131,29 @@ func (a *app) bench(ctx context.Context, args []string) error {
 		return &exitError{code: ExitFailure}
 	}
 	return err
+}
+
+// benchKinds are the lanes --lanes names (every lane when empty), in
+// bench.Kinds's order, the baseline always first.
+func benchKinds(names string) ([]bench.Kind, error) {
+	if names == "" {
+		return bench.Kinds, nil
+	}
+	want := map[string]bool{bench.LaneRiverInsertTx: true}
+	for _, n := range strings.Split(names, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.ContainsFunc(bench.Kinds, func(k bench.Kind) bool { return k.Name == n }) {
+			return nil, &usageError{cmd: cmdBench.name, msg: fmt.Sprintf("--lanes: no lane %q", n)}
+		}
+		want[n] = true
+	}
+	var out []bench.Kind
+	for _, k := range bench.Kinds {
+		if want[k.Name] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // benchReport is outboxd bench --json.
@@ -186,10 +218,22 @@ func benchTargets(c *bench.Comparison, batch *bench.BatchComparison) []benchTarg
 		add("(a) outbox (no caller tx) over river Insert (no caller tx)", c.RatioLikeForLike(noTx), 1.2, false)
 	}
 	if out >= 0 {
-		add("(b) outbox over river InsertTx", c.RatioLikeForLike(out), 1.0, false)
-		add("(c) outbox over the hand-written outbox on River", c.RatioTo(out, bench.LaneHandWritten), 1.5, false)
+		add("(b) outbox over river InsertTx", c.RatioLikeForLike(out), 1.2, false)
+		if c.RatioTo(out, bench.LaneHandWritten) > 0 {
+			add("(c) outbox over the hand-written outbox on River", c.RatioTo(out, bench.LaneHandWritten), 1.5, false)
+		}
 		if river >= 0 && c.Paced[river].P99 > 0 {
 			add("(d) outbox's p99 commit-to-terminal at half River's maximum over River's", float64(c.Paced[out].P99)/float64(c.Paced[river].P99), 1.0, true)
+			add("(f) outbox's p50 commit-to-terminal at half River's maximum, ms", ms(c.Paced[out].P50), 50, true)
+		}
+		if wm := lane(bench.LaneWatermill); wm >= 0 {
+			add("(g) outbox over watermill-sql", c.RatioTo(out, bench.LaneWatermill), 1.0, false)
+			if w := c.Max[wm].Cost; w != nil && w.WALBytesPerAction > 0 && c.Max[out].Cost != nil {
+				add("(h) outbox's WAL per intent over watermill-sql's per message", c.Max[out].Cost.WALBytesPerAction/w.WALBytesPerAction, 2.0, true)
+			}
+		}
+		if river >= 0 && c.Max[river].Cost != nil && c.Max[river].Cost.WALBytesPerAction > 0 && c.Max[out].Cost != nil {
+			add("(i) outbox's WAL per intent over River's per job", c.Max[out].Cost.WALBytesPerAction/c.Max[river].Cost.WALBytesPerAction, 0.5, true)
 		}
 	}
 	add("(e) EnqueueManyTx over InsertManyTx (1,000 a transaction)", batch.Ratio(), 1.0, false)

@@ -93,7 +93,7 @@ func TestBench(t *testing.T) {
 		require.InDelta(t, l.Max.Rate/base, l.RatioLikeForLike, 1e-9, l.Name)
 		require.InDelta(t, l.Max.Rate/report.Lanes[2].Max.Rate, l.RatioHandWritten, 1e-9, l.Name)
 	}
-	require.Len(t, report.Targets, 6, "targets (a) to (e) and the RSS")
+	require.Len(t, report.Targets, 10, "targets (a) to (i) and the RSS")
 	require.InDelta(t, report.Lanes[0].Max.Rate/2, report.OfferedRate, 1e-6)
 	require.Positive(t, report.Batch.River.Rate)
 	require.InDelta(t, report.Batch.Outbox.Rate/report.Batch.River.Rate, report.BatchRatio, 1e-9)
