@@ -76,6 +76,14 @@ func TestRunSmall(t *testing.T) {
 			t.Fatalf("%s: terminal latencies p50 %v p99 %v against the job's %v and %v", k.Name, r.P50, r.P99, r.JobP50, r.JobP99)
 		}
 		requireCostSane(t, k.Name, r.Cost)
+		if k.Guarantee != "" {
+			// Each intent inserted once, and updated at least once (its
+			// outcome).
+			intent := r.Cost.Tables["outbox_intent"]
+			require.NotNil(t, intent, k.Name)
+			require.InDelta(t, 1.0, intent.InsertsPerAction, 0.01, k.Name)
+			require.GreaterOrEqual(t, intent.UpdatesPerAction, 1.0, k.Name)
+		}
 	}
 }
 

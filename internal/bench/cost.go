@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -34,13 +35,29 @@ type Cost struct {
 	InsertsPerAction float64 `json:"inserts_per_action"`
 	UpdatesPerAction float64 `json:"updates_per_action"`
 	DeletesPerAction float64 `json:"deletes_per_action"`
+	// Tables are the same figures for each table the lane wrote, by name
+	// (WAL is not counted by table).
+	Tables map[string]*TableCost `json:"tables,omitempty"`
+}
+
+// TableCost is one table's part of a Cost.
+type TableCost struct {
+	IndexTuplesPerAction float64 `json:"index_tuples_per_action"`
+	HOTUpdateShare       float64 `json:"hot_update_share"`
+	InsertsPerAction     float64 `json:"inserts_per_action"`
+	UpdatesPerAction     float64 `json:"updates_per_action"`
+	DeletesPerAction     float64 `json:"deletes_per_action"`
 }
 
 // costCounters is one reading of the counters Cost is computed from.
 type costCounters struct {
-	walLSN                         string
-	inserts, updates, hot, deletes int64
-	indexTuples                    int64
+	walLSN string
+	tables map[string]tableCounters
+}
+
+// tableCounters are one table's write counters.
+type tableCounters struct {
+	inserts, updates, hot, deletes, indexTuples int64
 }
 
 // readCost reads the server's WAL position and the write counters of
@@ -57,23 +74,33 @@ type costCounters struct {
 // statement of its own, sees them all (stats_fetch_consistency caches a
 // snapshot only within a transaction).
 func readCost(ctx context.Context, pool *pgxpool.Pool, schema string) (*costCounters, error) {
+	var flushErr error
 	for _, c := range pool.AcquireAllIdle(ctx) {
-		_, err := c.Exec(ctx, "SELECT pg_stat_force_next_flush()")
-		c.Release()
-		if err != nil {
-			return nil, fmt.Errorf("bench: error flushing statistics: %w", err)
+		if flushErr == nil {
+			_, flushErr = c.Exec(ctx, "SELECT pg_stat_force_next_flush()")
 		}
+		c.Release()
 	}
-	var c costCounters
+	if flushErr != nil {
+		return nil, fmt.Errorf("bench: error flushing statistics: %w", flushErr)
+	}
+	c := costCounters{tables: map[string]tableCounters{}}
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&c.walLSN); err != nil {
+		return nil, fmt.Errorf("bench: error reading the WAL position: %w", err)
+	}
 	// A table's index entries: one per index for each insert and each
 	// update that was not HOT (see Cost.IndexTuplesPerAction).
-	err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
-			coalesce(sum(t.n_tup_ins), 0)::bigint, coalesce(sum(t.n_tup_upd), 0)::bigint,
-			coalesce(sum(t.n_tup_hot_upd), 0)::bigint, coalesce(sum(t.n_tup_del), 0)::bigint,
-			coalesce(sum((t.n_tup_ins + t.n_tup_upd - t.n_tup_hot_upd) *
-				(SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid)), 0)::bigint
-		FROM pg_stat_user_tables t WHERE t.schemaname = $1`, schema).
-		Scan(&c.walLSN, &c.inserts, &c.updates, &c.hot, &c.deletes, &c.indexTuples)
+	rows, _ := pool.Query(ctx, `SELECT t.relname::text, t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd, t.n_tup_del,
+			(t.n_tup_ins + t.n_tup_upd - t.n_tup_hot_upd) * (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid)
+		FROM pg_stat_user_tables t WHERE t.schemaname = $1`, schema)
+	var (
+		name string
+		tc   tableCounters
+	)
+	_, err := pgx.ForEachRow(rows, []any{&name, &tc.inserts, &tc.updates, &tc.hot, &tc.deletes, &tc.indexTuples}, func() error {
+		c.tables[name] = tc
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: error reading the write counters: %w", err)
 	}
@@ -87,15 +114,32 @@ func costBetween(ctx context.Context, pool *pgxpool.Pool, before, after *costCou
 		return nil, fmt.Errorf("bench: error computing WAL written: %w", err)
 	}
 	n := float64(max(1, actions))
-	c := &Cost{
-		WALBytesPerAction:    float64(wal) / n,
-		IndexTuplesPerAction: float64(after.indexTuples-before.indexTuples) / n,
-		InsertsPerAction:     float64(after.inserts-before.inserts) / n,
-		UpdatesPerAction:     float64(after.updates-before.updates) / n,
-		DeletesPerAction:     float64(after.deletes-before.deletes) / n,
+	c := &Cost{WALBytesPerAction: float64(wal) / n, Tables: map[string]*TableCost{}}
+	var upd, hot int64
+	for name, a := range after.tables {
+		b := before.tables[name] // zero for a table made during the lane
+		d := tableCounters{a.inserts - b.inserts, a.updates - b.updates, a.hot - b.hot, a.deletes - b.deletes, a.indexTuples - b.indexTuples}
+		if d == (tableCounters{}) {
+			continue
+		}
+		t := &TableCost{
+			IndexTuplesPerAction: float64(d.indexTuples) / n,
+			InsertsPerAction:     float64(d.inserts) / n,
+			UpdatesPerAction:     float64(d.updates) / n,
+			DeletesPerAction:     float64(d.deletes) / n,
+		}
+		if d.updates > 0 {
+			t.HOTUpdateShare = float64(d.hot) / float64(d.updates)
+		}
+		c.Tables[name] = t
+		c.IndexTuplesPerAction += t.IndexTuplesPerAction
+		c.InsertsPerAction += t.InsertsPerAction
+		c.UpdatesPerAction += t.UpdatesPerAction
+		c.DeletesPerAction += t.DeletesPerAction
+		upd, hot = upd+d.updates, hot+d.hot
 	}
-	if upd := after.updates - before.updates; upd > 0 {
-		c.HOTUpdateShare = float64(after.hot-before.hot) / float64(upd)
+	if upd > 0 {
+		c.HOTUpdateShare = float64(hot) / float64(upd)
 	}
 	return c, nil
 }

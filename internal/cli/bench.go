@@ -19,7 +19,7 @@ import (
 
 var cmdBench = &command{
 	name: "bench",
-	args: "[--count N] [--clients N] [--workers N] [--batch-count N] [--lanes NAME,...] [--json]",
+	args: "[--count N] [--clients N] [--workers N] [--batch-count N] [--lane NAME]... [--json]",
 	doc: `Measures, on DATABASE_URL, how fast outbox runs against plain River on the
 same database at the same moment: each lane records --count units from
 --clients callers, one unit per transaction, and runs them with a no-op,
@@ -62,8 +62,8 @@ that inserts the same way (in a caller's transaction or without one);
 section 5 are checked and printed last. Peak RSS is this process's (callers,
 River, dispatcher).
 
---lanes runs only the lanes named (and plain River, the baseline), for a
-shorter run; the targets of lanes left out are not checked.
+--lane NAME, repeated, runs only the lanes named (and plain River, the
+baseline), for a shorter run; the targets of lanes left out are not checked.
 
 Each lane's cost per action, at its maximum rate ("cost" in --json): WAL
 bytes (pg_current_wal_lsn() before and after, so anything else the server
@@ -83,7 +83,11 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	clients := fs.Int("clients", 16, "concurrent callers, `N`")
 	workersN := fs.Int("workers", 50, "River workers per queue on every lane, `N`")
 	batchCount := fs.Int("batch-count", 50_000, "rows of the batch lanes, 1,000 a transaction, `N`")
-	lanes := fs.String("lanes", "", "only these lanes, by their names, comma-separated (river InsertTx is always first), `NAMES`")
+	var lanes []string
+	fs.Func("lane", "only this lane, by its name (repeat it; river InsertTx is always first), `NAME`", func(v string) error {
+		lanes = append(lanes, v)
+		return nil
+	})
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	if _, err := a.parse(cmdBench, fs, args, 0, 0); err != nil {
 		return err
@@ -109,7 +113,7 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 
-	kinds, err := benchKinds(*lanes)
+	kinds, err := benchKinds(lanes)
 	if err != nil {
 		return err
 	}
@@ -133,17 +137,16 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	return err
 }
 
-// benchKinds are the lanes --lanes names (every lane when empty), in
+// benchKinds are the lanes --lane names (every lane when none), in
 // bench.Kinds's order, the baseline always first.
-func benchKinds(names string) ([]bench.Kind, error) {
-	if names == "" {
+func benchKinds(names []string) ([]bench.Kind, error) {
+	if len(names) == 0 {
 		return bench.Kinds, nil
 	}
 	want := map[string]bool{bench.LaneRiverInsertTx: true}
-	for _, n := range strings.Split(names, ",") {
-		n = strings.TrimSpace(n)
+	for _, n := range names {
 		if !slices.ContainsFunc(bench.Kinds, func(k bench.Kind) bool { return k.Name == n }) {
-			return nil, &usageError{cmd: cmdBench.name, msg: fmt.Sprintf("--lanes: no lane %q", n)}
+			return nil, &usageError{cmd: cmdBench.name, msg: fmt.Sprintf("--lane: no lane %q", n)}
 		}
 		want[n] = true
 	}
@@ -255,7 +258,7 @@ func (a *app) printBench(c *bench.Comparison, batch *bench.BatchComparison, asJS
 		return writeJSON(a.stdout, report)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "lane\tmax rate/s\tx plain River\tlike for like\tx hand-written\tp50 ms\tp99 ms\tjob p99 ms\tpeak RSS MB\tWAL B/action\tindex tuples/action\tHOT updates\t\n")
+	fmt.Fprintf(tw, "lane\tmax rate/s\tx plain River\tlike for like\tx hand-written\tp50 ms\tp99 ms\tjob p99 ms\tpeak RSS MB\tWAL B/action\tindex tuples/action\tHOT updates\tHOT, intents\t\n")
 	for _, l := range report.Lanes {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t\n", l.Name, l.Max.Rate, l.Ratio, l.RatioLikeForLike, l.RatioToHandWritten,
 			ms(l.Paced.P50), ms(l.Paced.P99), ms(l.Paced.JobP99), float64(l.Max.PeakRSS)/(1<<20), costColumns(l.Cost))
@@ -288,16 +291,23 @@ func (a *app) printBench(c *bench.Comparison, batch *bench.BatchComparison, asJS
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// costColumns is a lane's cost as the table's last three columns.
+// costColumns is a lane's cost as the table's last four columns: the
+// last, the HOT share of the intent table's own updates.
 func costColumns(c *bench.Cost) string {
 	if c == nil {
-		return "-\t-\t-"
+		return "-\t-\t-\t-"
 	}
-	hot := "-"
-	if c.UpdatesPerAction > 0 {
-		hot = fmt.Sprintf("%.0f%%", 100*c.HOTUpdateShare)
+	share := func(updates, hot float64) string {
+		if updates == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f%%", 100*hot)
 	}
-	return fmt.Sprintf("%.0f\t%.1f\t%s", c.WALBytesPerAction, c.IndexTuplesPerAction, hot)
+	intents := "-"
+	if t := c.Tables["outbox_intent"]; t != nil {
+		intents = share(t.UpdatesPerAction, t.HOTUpdateShare)
+	}
+	return fmt.Sprintf("%.0f\t%.1f\t%s\t%s", c.WALBytesPerAction, c.IndexTuplesPerAction, share(c.UpdatesPerAction, c.HOTUpdateShare), intents)
 }
 
 // benchProgress draws a progress bar on stderr: rewritten in place on a
