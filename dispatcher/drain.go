@@ -57,22 +57,80 @@ func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config
 	}
 }
 
-// drainOnce dispatches one batch and returns how many intents it took.
-func (d *drainer) drainOnce(ctx context.Context) (int, error) {
-	tx, err := d.pool.Begin(ctx)
+// drainOnce dispatches one batch: new intents from the stream, in commit
+// order, and intents of the dispatch queue. It returns how many intents it
+// took (invalid ones, which it failed, included) and the most it read from
+// either source (drainAll drains again while one came back full).
+func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error) {
+	// READ COMMITTED whatever the server's default: the offset's lock
+	// must read the newest offset, and each statement see what committed
+	// before it (LockDrainOffset).
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return 0, fmt.Errorf("error beginning drain: %w", err)
+		return 0, 0, fmt.Errorf("error beginning drain: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	// The selected intents stay locked until this transaction commits
-	// their jobs and marks, so no other drain can dispatch them twice.
-	batch, err := d.queries.SelectUndispatched(ctx, tx, d.effects.Names(), d.batchSize)
+	// The intents read stay locked until this transaction commits their
+	// jobs and marks, and the stream's offset with them, so no other
+	// drain can dispatch them twice: the stream is read by one drain at a
+	// time (its offset is locked for this transaction; another drain waits
+	// for it, a few milliseconds), and an intent that is in the queue as
+	// well is locked by whichever drain reads it first, the other finding
+	// it dispatched.
+	off, err := d.queries.LockDrainOffset(ctx, tx)
 	if err != nil {
-		return 0, fmt.Errorf("error selecting intents to dispatch: %w", err)
+		return 0, 0, fmt.Errorf("error locking the drain's offset: %w", err)
 	}
-	if len(batch) == 0 {
-		return 0, nil
+	stream, err := d.queries.SelectStream(ctx, tx, off, d.batchSize)
+	if err != nil {
+		return 0, 0, fmt.Errorf("error reading new intents: %w", err)
+	}
+	var (
+		batch  []intentdb.Undispatched
+		commit intentdb.DrainCommit
+		taken  = map[int64]bool{}
+	)
+	read = len(stream) // the most rows of one source: a full one means more may wait
+	if len(stream) < d.batchSize {
+		// Every intent cur sees and prev does not is handed over: the next
+		// drain reads from cur, with a snapshot of its own.
+		commit.Offset = &intentdb.DrainOffset{Prev: off.Cur, TxID: "0"}
+	} else {
+		last := stream[len(stream)-1]
+		commit.Offset = &intentdb.DrainOffset{Prev: off.Prev, Cur: off.Cur, TxID: last.TxID, ID: last.ID}
+	}
+	for _, s := range stream {
+		switch {
+		case !s.Pending:
+			// Awaiting approval (its approval queues it), ended, or
+			// dispatched another way.
+		case !d.runs(s.Effect):
+			// Another replica's effect: left to the queue, which each
+			// drain reads for the effects it runs.
+			commit.Queue = append(commit.Queue, s.ID)
+		default:
+			batch = append(batch, s.Undispatched)
+			taken[s.ID] = true
+		}
+	}
+	queued, err := d.queries.SelectQueued(ctx, tx, d.effects.Names(), d.batchSize)
+	if err != nil {
+		return 0, 0, fmt.Errorf("error selecting queued intents: %w", err)
+	}
+	read = max(read, len(queued))
+	for _, q := range queued {
+		commit.Dequeue = append(commit.Dequeue, q.ID)
+		if q.Pending && !taken[q.ID] {
+			batch = append(batch, q.Undispatched)
+			taken[q.ID] = true
+		}
+	}
+	if read == 0 && off.Fresh {
+		// Nothing to write: with no intent between prev and this
+		// snapshot, reading from prev again finds what reading from it
+		// would. An idle poll writes nothing.
+		return 0, 0, nil
 	}
 	var (
 		params  []river.InsertManyParams
@@ -118,12 +176,11 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 	if len(params) > 0 {
 		results, err := d.river.InsertManyTx(ctx, tx, params)
 		if err != nil {
-			return 0, fmt.Errorf("error inserting River jobs: %w", err)
+			return 0, 0, fmt.Errorf("error inserting River jobs: %w", err)
 		}
 		if len(results) != len(params) {
-			return 0, fmt.Errorf("River inserted %d jobs of %d", len(results), len(params))
+			return 0, 0, fmt.Errorf("River inserted %d jobs of %d", len(results), len(params))
 		}
-		var ids, jobIDs []int64
 		for i, r := range results {
 			// Match jobs to intents by their args rather than trusting the
 			// order of the results.
@@ -132,40 +189,40 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 				IntentIDs []int64 `json:"intent_ids"`
 			}
 			if err := json.Unmarshal(r.Job.EncodedArgs, &args); err != nil {
-				return 0, fmt.Errorf("error decoding inserted job: %w", err)
+				return 0, 0, fmt.Errorf("error decoding inserted job: %w", err)
 			}
 			if args.IntentIDs == nil {
 				args.IntentIDs = []int64{args.IntentID}
 			}
 			if !slices.Equal(args.IntentIDs, owners[i]) {
-				return 0, fmt.Errorf("River returned job for intents %v at position of %v", args.IntentIDs, owners[i])
+				return 0, 0, fmt.Errorf("River returned job for intents %v at position of %v", args.IntentIDs, owners[i])
 			}
 			for _, id := range owners[i] {
-				ids = append(ids, id)
-				jobIDs = append(jobIDs, r.Job.ID)
+				commit.IDs = append(commit.IDs, id)
+				commit.JobIDs = append(commit.JobIDs, r.Job.ID)
 			}
 		}
-		if err := d.queries.MarkDispatched(ctx, tx, ids, jobIDs); err != nil {
-			return 0, fmt.Errorf("error marking intents dispatched: %w", err)
-		}
+	}
+	if err := d.queries.CommitDrain(ctx, tx, &commit); err != nil {
+		return 0, 0, fmt.Errorf("error marking intents dispatched: %w", err)
 	}
 	if len(badIDs) > 0 {
 		if err := d.queries.FailInvalid(ctx, tx, badIDs, badErrs); err != nil {
-			return 0, fmt.Errorf("error failing invalid intents: %w", err)
+			return 0, 0, fmt.Errorf("error failing invalid intents: %w", err)
 		}
 		d.logger.WarnContext(ctx, "intents failed validation at dispatch", slog.Int("count", len(badIDs)))
 	}
 	if d.beforeCommitFunc != nil {
 		if err := d.beforeCommitFunc(ctx, tx); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("error committing drain: %w", err)
+		return 0, 0, fmt.Errorf("error committing drain: %w", err)
 	}
 	// Counted once committed: a rolled-back drain handed nothing over.
 	d.metrics.Drained.Add(float64(len(batch)))
-	return len(batch), nil
+	return len(batch), read, nil
 }
 
 // drainAll drains until a batch comes back short, then announces the
@@ -174,12 +231,12 @@ func (d *drainer) drainOnce(ctx context.Context) (int, error) {
 func (d *drainer) drainAll(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := d.drainOnce(ctx)
+		n, read, err := d.drainOnce(ctx)
 		total += n
 		if err != nil {
 			return total, err
 		}
-		if n < d.batchSize {
+		if read < d.batchSize {
 			break
 		}
 	}
@@ -333,4 +390,10 @@ func signal(c chan<- struct{}) {
 	case c <- struct{}{}:
 	default:
 	}
+}
+
+// runs reports whether this replica runs effect.
+func (d *drainer) runs(effect string) bool {
+	_, ok := d.effects.Get(effect)
+	return ok
 }

@@ -230,7 +230,7 @@ func TestUnknownSurvivesPruning(t *testing.T) {
 	}
 	_, err := e.pool.Exec(context.Background(), `UPDATE `+e.table("outbox_intent")+`
 		SET state = CASE key WHEN 'old-unknown' THEN 'unknown' ELSE 'succeeded' END, maybe_sent = key = 'old-unknown',
-		    completed_at = now() - interval '1 hour', job_id = 0`)
+		    created_at = now() - interval '1 hour', completed_at = now() - interval '1 hour', job_id = 0`)
 	require.NoError(t, err)
 	srv := e.serve()
 	srv.waitFor("pruned terminal intents past retention", 30*time.Second)

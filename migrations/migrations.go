@@ -35,9 +35,41 @@ type Migration struct {
 	Name string
 	// Version is the migration's number: 1 for 001_intents.up.sql.
 	Version int
+	// NoTransaction is set for a migration whose files start with the line
+	// "-- outbox:no-transaction": its statements (CREATE INDEX
+	// CONCURRENTLY, which PostgreSQL refuses in a transaction) run one at
+	// a time outside a transaction, and it is recorded after the last.
+	// Its files hold no semicolon but those ending statements, each at the
+	// end of a line.
+	NoTransaction bool
 
 	down string
 	up   string
+}
+
+// noTransactionMarker starts a migration that runs outside a transaction.
+const noTransactionMarker = "-- outbox:no-transaction\n"
+
+// statements splits a no-transaction migration's SQL into its statements.
+func statements(sql string) []string {
+	var out []string
+	var cur strings.Builder
+	for line := range strings.Lines(sql) {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		cur.WriteString(line)
+		if strings.HasSuffix(strings.TrimSpace(line), ";") {
+			if st := strings.TrimSpace(cur.String()); st != ";" {
+				out = append(out, st)
+			}
+			cur.Reset()
+		}
+	}
+	if st := strings.TrimSpace(cur.String()); st != "" {
+		out = append(out, st)
+	}
+	return out
 }
 
 var fileRE = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
@@ -66,6 +98,7 @@ func All() []Migration {
 		}
 		if m[3] == "up" {
 			mig.up = string(body)
+			mig.NoTransaction = strings.HasPrefix(mig.up, noTransactionMarker)
 		} else {
 			mig.down = string(body)
 		}
@@ -154,7 +187,7 @@ func (s *Status) UpToDate() bool {
 // that looked the schema up while it was missing caches that answer, and a
 // transaction begun before the schema existed keeps it: CREATE TABLE in the
 // schema would then fail with "schema does not exist".
-func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(tx pgx.Tx) error) error {
+func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(s *session) error) error {
 	conn, err := m.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("error acquiring migration connection: %w", err)
@@ -176,18 +209,104 @@ func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(tx p
 		}
 	}
 
-	tx, err := conn.Begin(ctx)
-	if err != nil {
+	s := &session{conn: conn.Conn()}
+	if s.tx, err = conn.Begin(ctx); err != nil {
 		return fmt.Errorf("error beginning migration transaction: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if err := fn(tx); err != nil {
+	// The transaction current when fn returns: outsideTx replaces it.
+	defer func() { s.tx.Rollback(context.WithoutCancel(ctx)) }() //nolint:errcheck // no-op after commit
+	if err := fn(s); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := s.tx.Commit(ctx); err != nil {
 		return fmt.Errorf("error committing migrations: %w", err)
 	}
 	return nil
+}
+
+// session is the migration lock's connection and the transaction open on
+// it.
+type session struct {
+	conn *pgx.Conn
+	tx   pgx.Tx
+}
+
+// outsideTx commits the session's transaction, runs fn on the connection
+// outside any transaction, and begins a new one. What was committed before
+// stays committed if fn fails, so each no-transaction migration must be
+// safe to run again.
+func (s *session) outsideTx(ctx context.Context, fn func(conn *pgx.Conn) error) error {
+	if err := s.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("error committing migrations: %w", err)
+	}
+	if err := fn(s.conn); err != nil {
+		// A transaction to roll back, as withLock expects.
+		if tx, berr := s.conn.Begin(context.WithoutCancel(ctx)); berr == nil {
+			s.tx = tx
+		}
+		return err
+	}
+	tx, err := s.conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("error beginning migration transaction: %w", err)
+	}
+	s.tx = tx
+	return nil
+}
+
+// smallIntentTableRows is the most intents a table may hold for a
+// no-transaction migration to run in the transaction instead.
+const smallIntentTableRows = 10_000
+
+// smallIntentTable reports whether the intent table holds fewer than
+// smallIntentTableRows rows.
+func (m *Migrator) smallIntentTable(ctx context.Context, tx pgx.Tx) (bool, error) {
+	var n int
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+pgx.Identifier{m.schema, "outbox_intent"}.Sanitize()+
+		` LIMIT `+strconv.Itoa(smallIntentTableRows)+`) t`).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("error counting intents: %w", err)
+	}
+	return n < smallIntentTableRows, nil
+}
+
+// apply runs one migration's SQL (up or down) in the session and records
+// it with record, in the session's transaction or, for a no-transaction
+// migration, statement by statement outside one.
+func (m *Migrator) apply(ctx context.Context, s *session, mig Migration, sql, record string) error {
+	sql = intentdb.Render(sql, m.schema)
+	if mig.NoTransaction {
+		small, err := m.smallIntentTable(ctx, s.tx)
+		if err != nil {
+			return err
+		}
+		if small {
+			// A build takes milliseconds on a table this small, so the
+			// plain forms in the transaction lock nothing for long. And
+			// CONCURRENTLY would wait for every transaction of the
+			// database older than the build, which a program that
+			// migrates a fresh schema while it holds one open (tests do)
+			// would wait on forever.
+			sql = strings.ReplaceAll(sql, " CONCURRENTLY", "")
+			mig.NoTransaction = false
+		}
+	}
+	if !mig.NoTransaction {
+		if _, err := s.tx.Exec(ctx, sql); err != nil {
+			return err
+		}
+		_, err := s.tx.Exec(ctx, record, mig.Version, mig.Name)
+		return err
+	}
+	return s.outsideTx(ctx, func(conn *pgx.Conn) error {
+		for _, st := range statements(sql) {
+			if _, err := conn.Exec(ctx, st); err != nil {
+				return err
+			}
+		}
+		_, err := conn.Exec(ctx, record, mig.Version, mig.Name)
+		return err
+	})
 }
 
 // migrationTableSQL creates outbox's migration table, which Up and the SQL
@@ -260,6 +379,18 @@ func (m *Migrator) PendingSQL(ctx context.Context) (string, error) {
 		if mig.Version <= current {
 			continue
 		}
+		if mig.NoTransaction {
+			// Statements PostgreSQL refuses in a transaction, the
+			// multi-statement string of a simple query included: a tool
+			// must send them one at a time.
+			fmt.Fprintf(&b, "\n-- outbox %03d %s\n-- %s", mig.Version, mig.Name, NoTransactionNote)
+			for _, st := range statements(intentdb.Render(mig.up, m.schema)) {
+				fmt.Fprintf(&b, "%s\n", st)
+			}
+			fmt.Fprintf(&b, "%s;\nINSERT INTO %s.outbox_migration (version, name) VALUES (%d, '%s');\n",
+				m.migrationTableSQL(), schema, mig.Version, mig.Name)
+			continue
+		}
 		fmt.Fprintf(&b, "\n-- outbox %03d %s\nBEGIN;\n", mig.Version, mig.Name)
 		fmt.Fprintf(&b, "%s;\n", m.migrationTableSQL())
 		fmt.Fprintf(&b, "%s\nINSERT INTO %s.outbox_migration (version, name) VALUES (%d, '%s');\nCOMMIT;\n",
@@ -267,6 +398,10 @@ func (m *Migrator) PendingSQL(ctx context.Context) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// NoTransactionNote is the comment line PendingSQL prints at the head of a
+// migration that must run outside a transaction, one statement at a time.
+const NoTransactionNote = "outside a transaction: run each statement on its own (CREATE INDEX CONCURRENTLY)\n"
 
 // riverLineColumnVersion is River's migration that adds river_migration's
 // line column.
@@ -278,7 +413,8 @@ func (m *Migrator) Up(ctx context.Context) (*Result, error) {
 	res := &Result{}
 	// The schema must exist, and be committed, before River migrates into it
 	// on its own connections and before outbox's transaction begins.
-	err := m.withLock(ctx, true, func(tx pgx.Tx) error {
+	err := m.withLock(ctx, true, func(s *session) error {
+		tx := s.tx
 		riverRes, err := m.river.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		if err != nil {
 			return fmt.Errorf("error applying River migrations: %w", err)
@@ -297,11 +433,9 @@ func (m *Migrator) Up(ctx context.Context) (*Result, error) {
 			if mig.Version <= current {
 				continue
 			}
-			if _, err := tx.Exec(ctx, intentdb.Render(mig.up, m.schema)); err != nil {
+			record := `INSERT INTO ` + pgx.Identifier{m.schema, "outbox_migration"}.Sanitize() + ` (version, name) VALUES ($1, $2)`
+			if err := m.apply(ctx, s, mig, mig.up, record); err != nil {
 				return fmt.Errorf("error applying migration %03d_%s: %w", mig.Version, mig.Name, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()+` (version, name) VALUES ($1, $2)`, mig.Version, mig.Name); err != nil {
-				return fmt.Errorf("error recording migration %03d_%s: %w", mig.Version, mig.Name, err)
 			}
 			res.Applied = append(res.Applied, Applied{Component: "outbox", Name: mig.Name, Version: mig.Version})
 		}
@@ -327,8 +461,8 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*Result, error) {
 		opts = &DownOpts{}
 	}
 	res := &Result{}
-	err := m.withLock(ctx, false, func(tx pgx.Tx) error {
-		current, err := m.current(ctx, tx)
+	err := m.withLock(ctx, false, func(s *session) error {
+		current, err := m.current(ctx, s.tx)
 		if err != nil {
 			return err
 		}
@@ -338,11 +472,10 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*Result, error) {
 			if mig.Version > current {
 				continue
 			}
-			if _, err := tx.Exec(ctx, intentdb.Render(mig.down, m.schema)); err != nil {
+			// $2 only so that apply's arguments fit.
+			record := `DELETE FROM ` + pgx.Identifier{m.schema, "outbox_migration"}.Sanitize() + ` WHERE version = $1 AND name = $2`
+			if err := m.apply(ctx, s, mig, mig.down, record); err != nil {
 				return fmt.Errorf("error reverting migration %03d_%s: %w", mig.Version, mig.Name, err)
-			}
-			if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()+` WHERE version = $1`, mig.Version); err != nil {
-				return fmt.Errorf("error recording migration %03d_%s: %w", mig.Version, mig.Name, err)
 			}
 			res.Applied = append(res.Applied, Applied{Component: "outbox", Name: mig.Name, Version: mig.Version})
 			if !opts.All {
@@ -352,11 +485,13 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*Result, error) {
 		if !opts.All {
 			return nil
 		}
+		tx := s.tx
 		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{m.schema, "outbox_migration"}.Sanitize()); err != nil {
 			return fmt.Errorf("error dropping migration table: %w", err)
 		}
 		// In the caller's transaction on purpose: outbox's tables and River's
-		// go down together or not at all, under the migration lock. River
+		// go down together or not at all, under the migration lock (outbox's
+		// migrations down to the last no-transaction one committed before). River
 		// deprecates MigrateTx for the migrations that cannot run in one
 		// transaction; none of River's down migrations here is one.
 		riverRes, err := m.river.MigrateTx(ctx, tx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1}) //nolint:staticcheck // see above

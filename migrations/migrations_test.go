@@ -12,6 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/dispatcher"
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/migrations"
 )
@@ -158,4 +161,106 @@ func TestRowChecks(t *testing.T) {
 	tag, err := pool.Exec(ctx, `UPDATE `+table+` SET key = 'k2', args = '{"n": 1}' WHERE key = 'k'`)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
+}
+
+// TestMigrateLiveTable runs 014 and 015 on a table large enough for 015 to
+// build its indexes CONCURRENTLY outside a transaction, while a caller
+// keeps enqueueing, then back down: every index valid at each end, and the
+// intents undispatched before the migration, or enqueued during it, each
+// dispatched once by the new drain.
+func TestMigrateLiveTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.MigratedSchema(t)
+	table := pgx.Identifier{schema, "outbox_intent"}.Sanitize()
+	m, err := migrations.New(pool, schema)
+	require.NoError(t, err)
+	for _, want := range []int{15, 14} {
+		res, err := m.Down(ctx, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, res.Applied[0].Version)
+	}
+
+	// 12,000 intents, one in twelve pending without a job, as 013 leaves
+	// them.
+	const n, undispatched = 12_000, 1_000
+	_, err = pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args)
+		SELECT 'default', 'old-' || g, 'noop', '{}' FROM generate_series(1, $1) g`, n)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET state = 'succeeded', job_id = 0, completed_at = now() WHERE id % 12 <> 0`)
+	require.NoError(t, err)
+
+	indexes := func() []string {
+		rows, err := pool.Query(ctx, `SELECT c.relname || CASE WHEN i.indisvalid THEN '' ELSE ' (invalid)' END
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			WHERE i.indrelid = $1::regclass ORDER BY 1`, table)
+		require.NoError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return names
+	}
+	before := []string{"outbox_intent_awaiting_approval", "outbox_intent_namespace_key", "outbox_intent_namespace_state",
+		"outbox_intent_pkey", "outbox_intent_prunable", "outbox_intent_undispatched"}
+	require.Equal(t, before, indexes())
+
+	// A caller enqueueing, one intent a transaction, throughout.
+	stop := make(chan struct{})
+	written := make(chan int)
+	go func() {
+		i := 0
+		defer func() { written <- i }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args) VALUES ('default', $1, 'noop', '{}')`,
+				fmt.Sprintf("live-%d", i)); err != nil {
+				t.Errorf("enqueue during the migration: %v", err)
+				return
+			}
+			i++
+		}
+	}()
+	res, err := m.Up(ctx)
+	close(stop)
+	live := <-written
+	require.NoError(t, err)
+	require.Len(t, res.Applied, 2)
+	require.True(t, res.Applied[1].Version == 15 && res.Applied[1].Name == "hot_intent_indexes")
+	require.Positive(t, live, "enqueues went on during the migration")
+	require.Equal(t, []string{"outbox_intent_approval", "outbox_intent_created_at", "outbox_intent_namespace_id",
+		"outbox_intent_namespace_key", "outbox_intent_pkey", "outbox_intent_txid"}, indexes())
+
+	e, err := noop.New(&noop.Config{Pool: pool, Schema: schema})
+	require.NoError(t, err)
+	reg, err := effects.NewRegistry(e)
+	require.NoError(t, err)
+	d, err := dispatcher.New(pool, &dispatcher.Config{Effects: reg, Schema: schema, DrainBatchSize: 500})
+	require.NoError(t, err)
+	dispatched, err := d.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, undispatched+live, dispatched)
+	var pending, jobIntents int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE job_id IS NULL`).Scan(&pending))
+	require.Zero(t, pending)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(coalesce(jsonb_array_length(args->'intent_ids'), 1)), 0) FROM `+
+		pgx.Identifier{schema, "river_job"}.Sanitize()).Scan(&jobIntents))
+	require.Equal(t, undispatched+live, jobIntents, "one job each")
+	again, err := d.Drain(ctx)
+	require.NoError(t, err)
+	require.Zero(t, again)
+
+	// And back, concurrently too.
+	for _, want := range []int{15, 14} {
+		res, err := m.Down(ctx, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, res.Applied[0].Version)
+	}
+	require.Equal(t, before, indexes())
+	var hasTxid bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = 'outbox_intent' AND column_name = 'txid')`, schema).Scan(&hasTxid))
+	require.False(t, hasTxid)
 }

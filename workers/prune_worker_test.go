@@ -30,8 +30,10 @@ func TestPruneWorker(t *testing.T) {
 	b.enqueue(t, "recent")
 	b.enqueue(t, "old-pending")
 	b.enqueue(t, "old-running")
+	// Created before they completed, as every intent is (the prune finds
+	// them by created_at).
 	_, err := b.pool.Exec(ctx, `UPDATE `+table+` SET state = (ARRAY['succeeded','failed','unknown','cancelled'])[1 + id % 4],
-		completed_at = now() - interval '2 hours' WHERE key LIKE 'old-_'`)
+		completed_at = now() - interval '2 hours', created_at = now() - interval '3 hours' WHERE key LIKE 'old-_'`)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET state = 'succeeded', completed_at = now() - interval '1 minute' WHERE key = 'recent'`)
 	require.NoError(t, err)

@@ -104,6 +104,10 @@ func runBatch(ctx context.Context, pool *pgxpool.Pool, cfg *Config, name string,
 	if err != nil {
 		return nil, err
 	}
+	before, err := readCost(ctx, pool, schema)
+	if err != nil {
+		return nil, err
+	}
 	rss := sampleRSS()
 	defer rss.stop()
 	txTimes := make([]time.Duration, 0, batches)
@@ -120,7 +124,16 @@ func runBatch(ctx context.Context, pool *pgxpool.Pool, cfg *Config, name string,
 	}
 	elapsed := time.Since(start)
 	slices.Sort(txTimes)
+	after, err := readCost(ctx, pool, schema)
+	if err != nil {
+		return nil, err
+	}
+	cost, err := costBetween(ctx, pool, before, after, batches*BatchSize)
+	if err != nil {
+		return nil, err
+	}
 	return &Result{
+		Cost:    cost,
 		Name:    name,
 		Count:   batches * BatchSize,
 		Elapsed: elapsed,

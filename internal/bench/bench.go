@@ -103,6 +103,8 @@ type Result struct {
 	// and for outbox the dispatcher) held during the measurement, sampled
 	// every 50 ms; 0 where /proc is not available.
 	PeakRSS int64 `json:"peak_rss_bytes"`
+	// Cost is what the measured units cost the database, per unit.
+	Cost *Cost `json:"cost"`
 }
 
 func (r *Result) String() string {
@@ -312,7 +314,14 @@ type Kind struct {
 	// with a unique key, a row and River's InsertTx in the caller's
 	// transaction, a worker that updates the row.
 	HandWritten bool
+	// Watermill is Watermill's PostgreSQL outbox (watermill-sql's log
+	// schema and offsets adapter) with consumer-side dedupe: see
+	// watermillSystem.
+	Watermill bool
 }
+
+// peer reports whether k is another system than outbox and plain River.
+func (k Kind) peer() bool { return k.HandWritten || k.Watermill }
 
 // Lane names of Kinds, which outboxd bench --json reports.
 const (
@@ -322,6 +331,7 @@ const (
 	LaneRiverInsert        = "river Insert (no caller tx)"
 	LaneOutboxNoCallerTx   = "outbox (no caller tx)"
 	LaneOutboxJobPerIntent = "outbox, a job per intent"
+	LaneWatermill          = "watermill-sql"
 )
 
 // Kinds are the systems Compare measures: the baseline first. "outbox" is
@@ -338,6 +348,7 @@ var Kinds = []Kind{
 	{Name: "river InsertTx, unique ByArgs", Unique: true},
 	{Name: LaneOutboxJobPerIntent, Guarantee: effects.GuaranteeDeduplicated},
 	{Name: "outbox, at most once", Guarantee: effects.GuaranteeAtMostOnce},
+	{Name: LaneWatermill, Watermill: true},
 	{Name: LaneRiverInsert, NoCallerTx: true},
 	{Name: LaneOutboxNoCallerTx, Guarantee: effects.GuaranteeDeduplicated, BatchFirstAttempts: true, NoCallerTx: true},
 }
@@ -360,6 +371,8 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 		err error
 	)
 	switch {
+	case kind.Watermill:
+		sys, err = newWatermillSystem(ctx, pool, schema, cfg)
 	case kind.HandWritten:
 		sys, err = newHandWrittenSystem(ctx, pool, schema, cfg)
 	case kind.Guarantee == "":
@@ -370,9 +383,14 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 	if err != nil {
 		return nil, err
 	}
+	var before *costCounters
 	res, err := func() (*Result, error) {
 		if err := warmUp(ctx, sys, min(warmUpUnits, cfg.Count)); err != nil {
 			return nil, fmt.Errorf("%s: %w", kind.Name, err)
+		}
+		var err error
+		if before, err = readCost(ctx, pool, schema); err != nil {
+			return nil, err
 		}
 		return measure(ctx, sys, kind.Name, cfg, offered)
 	}()
@@ -381,7 +399,19 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 	if serr := sys.stop(stopCtx); serr != nil && err == nil {
 		err = serr
 	}
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	// Read after the stop, so that what the lane's units still wrote after
+	// they counted as done (River's completions of outbox's jobs) is in.
+	after, err := readCost(ctx, pool, schema)
+	if err != nil {
+		return nil, err
+	}
+	if res.Cost, err = costBetween(ctx, pool, before, after, res.Count); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // warmUpUnits is how many units a lane runs, untimed, before it is measured.
@@ -482,7 +512,7 @@ func (c *Comparison) Ratio(i int) float64 { return c.Max[i].Rate / c.Max[0].Rate
 // where no such lane was measured.
 func (c *Comparison) RatioLikeForLike(i int) float64 {
 	for j, k := range c.Kinds {
-		if k.Guarantee == "" && !k.Unique && !k.HandWritten && k.NoCallerTx == c.Kinds[i].NoCallerTx {
+		if k.Guarantee == "" && !k.Unique && !k.peer() && k.NoCallerTx == c.Kinds[i].NoCallerTx {
 			return c.Max[i].Rate / c.Max[j].Rate
 		}
 	}
@@ -504,7 +534,7 @@ func (c *Comparison) RatioTo(i int, name string) float64 {
 // half the baseline's maximum rate (latency at saturation is only queueing).
 func Compare(ctx context.Context, pool *pgxpool.Pool, kinds []Kind, cfg *Config) (*Comparison, error) {
 	cfg = cfg.withDefaults()
-	if len(kinds) == 0 || kinds[0].Guarantee != "" {
+	if len(kinds) == 0 || kinds[0].Guarantee != "" || kinds[0].Unique || kinds[0].peer() {
 		return nil, errors.New("bench: the first kind must be the River baseline")
 	}
 	if err := warmPool(ctx, pool); err != nil {

@@ -75,7 +75,30 @@ func TestRunSmall(t *testing.T) {
 		if r.P99 > r.JobP99 || r.P50 > r.JobP50 || (k.Guarantee == "" && (r.P50 != r.JobP50 || r.P99 != r.JobP99)) {
 			t.Fatalf("%s: terminal latencies p50 %v p99 %v against the job's %v and %v", k.Name, r.P50, r.P99, r.JobP50, r.JobP99)
 		}
+		requireCostSane(t, k.Name, r.Cost)
+		if k.Guarantee != "" {
+			// Each intent inserted once, and updated at least once (its
+			// outcome).
+			intent := r.Cost.Tables["outbox_intent"]
+			require.NotNil(t, intent, k.Name)
+			require.InDelta(t, 1.0, intent.InsertsPerAction, 0.01, k.Name)
+			require.GreaterOrEqual(t, intent.UpdatesPerAction, 1.0, k.Name)
+		}
 	}
+}
+
+// requireCostSane checks a lane's cost: every unit inserts at least one
+// row (River's job, outbox's intent), that row an entry in each of its
+// table's indexes, and a unit then updates its row or rows; the counters
+// were all flushed (not a delay's zeros).
+func requireCostSane(t *testing.T, name string, c *Cost) {
+	t.Helper()
+	require.NotNil(t, c, name)
+	require.Positive(t, c.WALBytesPerAction, name)
+	require.GreaterOrEqual(t, c.InsertsPerAction, 1.0, name)
+	require.GreaterOrEqual(t, c.IndexTuplesPerAction, c.InsertsPerAction, name)
+	require.Positive(t, c.UpdatesPerAction, name)
+	require.True(t, c.HOTUpdateShare >= 0 && c.HOTUpdateShare <= 1, "%s: HOT share %v", name, c.HOTUpdateShare)
 }
 
 // TestRatioLikeForLike checks that each lane is set against River's lane of
@@ -88,7 +111,7 @@ func TestRatioLikeForLike(t *testing.T) {
 	}
 	var riverNoTx int
 	for i, k := range Kinds {
-		if k.Guarantee == "" && !k.Unique && !k.HandWritten && k.NoCallerTx {
+		if k.Guarantee == "" && !k.Unique && !k.peer() && k.NoCallerTx {
 			riverNoTx = i
 		}
 	}

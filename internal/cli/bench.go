@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,7 +19,7 @@ import (
 
 var cmdBench = &command{
 	name: "bench",
-	args: "[--count N] [--clients N] [--workers N] [--batch-count N] [--json]",
+	args: "[--count N] [--clients N] [--workers N] [--batch-count N] [--lane NAME]... [--json]",
 	doc: `Measures, on DATABASE_URL, how fast outbox runs against plain River on the
 same database at the same moment: each lane records --count units from
 --clients callers, one unit per transaction, and runs them with a no-op,
@@ -35,6 +36,12 @@ counted once the outcome is durable. The lanes, by their names in --json:
   river InsertTx, unique ByArgs  River's own deduplication
   outbox, a job per intent       outbox with OUTBOX_BATCH_FIRST_ATTEMPTS=false
   outbox, at most once           a claimed effect (written before the call)
+  watermill-sql                  Watermill's PostgreSQL outbox: one Publish a
+                                 caller's transaction (watermill-sql's log
+                                 schema and offsets adapter), a subscriber
+                                 whose handler records the key in a
+                                 processed-keys table in its transaction
+                                 (consumer-side dedupe); one subscriber
   river Insert (no caller tx)    River's Insert, a transaction of its own
   outbox (no caller tx)          outbox's Enqueue, as the HTTP API enqueues
                                  (concurrent calls share a transaction)
@@ -54,6 +61,16 @@ that inserts the same way (in a caller's transaction or without one);
 "x hand-written" against the hand-written lane. The targets of docs/design.md
 section 5 are checked and printed last. Peak RSS is this process's (callers,
 River, dispatcher).
+
+--lane NAME, repeated, runs only the lanes named (and plain River, the
+baseline), for a shorter run; the targets of lanes left out are not checked.
+
+Each lane's cost per action, at its maximum rate ("cost" in --json): WAL
+bytes (pg_current_wal_lsn() before and after, so anything else the server
+writes meanwhile counts: run it on a quiet server), index tuples written (one
+per index of a table for each insert and each update that is not HOT, from
+pg_stat_user_tables of the lane's schema; an upper bound for tables with
+partial indexes) and the share of updates that were HOT.
 Expect a few minutes with the defaults on a small machine.`,
 }
 
@@ -66,6 +83,11 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	clients := fs.Int("clients", 16, "concurrent callers, `N`")
 	workersN := fs.Int("workers", 50, "River workers per queue on every lane, `N`")
 	batchCount := fs.Int("batch-count", 50_000, "rows of the batch lanes, 1,000 a transaction, `N`")
+	var lanes []string
+	fs.Func("lane", "only this lane, by its name (repeat it; river InsertTx is always first), `NAME`", func(v string) error {
+		lanes = append(lanes, v)
+		return nil
+	})
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	if _, err := a.parse(cmdBench, fs, args, 0, 0); err != nil {
 		return err
@@ -91,9 +113,13 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 
-	progress := newBenchProgress(a.stderr, len(bench.Kinds)*2+2)
+	kinds, err := benchKinds(lanes)
+	if err != nil {
+		return err
+	}
+	progress := newBenchProgress(a.stderr, len(kinds)*2+2)
 	bcfg := &bench.Config{Clients: *clients, Count: *count, Workers: *workersN, ProgressFunc: progress.update, SchemaPrefix: BenchSchemaPrefix}
-	c, err := bench.Compare(ctx, pool, bench.Kinds, bcfg)
+	c, err := bench.Compare(ctx, pool, kinds, bcfg)
 	if err == nil {
 		var batch *bench.BatchComparison
 		batchCfg := *bcfg
@@ -109,6 +135,28 @@ func (a *app) bench(ctx context.Context, args []string) error {
 		return &exitError{code: ExitFailure}
 	}
 	return err
+}
+
+// benchKinds are the lanes --lane names (every lane when none), in
+// bench.Kinds's order, the baseline always first.
+func benchKinds(names []string) ([]bench.Kind, error) {
+	if len(names) == 0 {
+		return bench.Kinds, nil
+	}
+	want := map[string]bool{bench.LaneRiverInsertTx: true}
+	for _, n := range names {
+		if !slices.ContainsFunc(bench.Kinds, func(k bench.Kind) bool { return k.Name == n }) {
+			return nil, &usageError{cmd: cmdBench.name, msg: fmt.Sprintf("--lane: no lane %q", n)}
+		}
+		want[n] = true
+	}
+	var out []bench.Kind
+	for _, k := range bench.Kinds {
+		if want[k.Name] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // benchReport is outboxd bench --json.
@@ -134,6 +182,10 @@ type benchLane struct {
 	// RatioToHandWritten is the lane's maximum rate over the hand-written
 	// outbox's.
 	RatioToHandWritten float64 `json:"ratio_to_hand_written"`
+	// Cost is what an action of the lane cost the database at its maximum
+	// rate (Max.Cost): WAL bytes, index entries and the HOT share of its
+	// updates.
+	Cost *bench.Cost `json:"cost"`
 }
 
 // benchTarget is one target and whether this run met it.
@@ -169,10 +221,22 @@ func benchTargets(c *bench.Comparison, batch *bench.BatchComparison) []benchTarg
 		add("(a) outbox (no caller tx) over river Insert (no caller tx)", c.RatioLikeForLike(noTx), 1.2, false)
 	}
 	if out >= 0 {
-		add("(b) outbox over river InsertTx", c.RatioLikeForLike(out), 1.0, false)
-		add("(c) outbox over the hand-written outbox on River", c.RatioTo(out, bench.LaneHandWritten), 1.5, false)
+		add("(b) outbox over river InsertTx", c.RatioLikeForLike(out), 1.2, false)
+		if c.RatioTo(out, bench.LaneHandWritten) > 0 {
+			add("(c) outbox over the hand-written outbox on River", c.RatioTo(out, bench.LaneHandWritten), 1.5, false)
+		}
 		if river >= 0 && c.Paced[river].P99 > 0 {
 			add("(d) outbox's p99 commit-to-terminal at half River's maximum over River's", float64(c.Paced[out].P99)/float64(c.Paced[river].P99), 1.0, true)
+			add("(f) outbox's p50 commit-to-terminal at half River's maximum, ms", ms(c.Paced[out].P50), 50, true)
+		}
+		if wm := lane(bench.LaneWatermill); wm >= 0 {
+			add("(g) outbox over watermill-sql", c.RatioTo(out, bench.LaneWatermill), 1.0, false)
+			if w := c.Max[wm].Cost; w != nil && w.WALBytesPerAction > 0 && c.Max[out].Cost != nil {
+				add("(h) outbox's WAL per intent over watermill-sql's per message", c.Max[out].Cost.WALBytesPerAction/w.WALBytesPerAction, 2.0, true)
+			}
+		}
+		if river >= 0 && c.Max[river].Cost != nil && c.Max[river].Cost.WALBytesPerAction > 0 && c.Max[out].Cost != nil {
+			add("(i) outbox's WAL per intent over River's per job", c.Max[out].Cost.WALBytesPerAction/c.Max[river].Cost.WALBytesPerAction, 0.5, true)
 		}
 	}
 	add("(e) EnqueueManyTx over InsertManyTx (1,000 a transaction)", batch.Ratio(), 1.0, false)
@@ -188,25 +252,27 @@ func (a *app) printBench(c *bench.Comparison, batch *bench.BatchComparison, asJS
 	report := benchReport{OfferedRate: c.OfferedRate, Batch: batch, BatchRatio: batch.Ratio(), Targets: benchTargets(c, batch)}
 	for i, k := range c.Kinds {
 		report.Lanes = append(report.Lanes, benchLane{Name: k.Name, Max: c.Max[i], Paced: c.Paced[i], Ratio: c.Ratio(i),
-			RatioLikeForLike: c.RatioLikeForLike(i), RatioToHandWritten: c.RatioTo(i, bench.LaneHandWritten)})
+			RatioLikeForLike: c.RatioLikeForLike(i), RatioToHandWritten: c.RatioTo(i, bench.LaneHandWritten), Cost: c.Max[i].Cost})
 	}
 	if asJSON {
 		return writeJSON(a.stdout, report)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "lane\tmax rate/s\tx plain River\tlike for like\tx hand-written\tp50 ms\tp99 ms\tjob p99 ms\tpeak RSS MB\t\n")
+	fmt.Fprintf(tw, "lane\tmax rate/s\tx plain River\tlike for like\tx hand-written\tp50 ms\tp99 ms\tjob p99 ms\tpeak RSS MB\tWAL B/action\tindex tuples/action\tHOT updates\tHOT, intents\t\n")
 	for _, l := range report.Lanes {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t\n", l.Name, l.Max.Rate, l.Ratio, l.RatioLikeForLike, l.RatioToHandWritten,
-			ms(l.Paced.P50), ms(l.Paced.P99), ms(l.Paced.JobP99), float64(l.Max.PeakRSS)/(1<<20))
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t\n", l.Name, l.Max.Rate, l.Ratio, l.RatioLikeForLike, l.RatioToHandWritten,
+			ms(l.Paced.P50), ms(l.Paced.P99), ms(l.Paced.JobP99), float64(l.Max.PeakRSS)/(1<<20), costColumns(l.Cost))
 	}
-	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t\n", batch.River.Name+" (1,000/tx)", batch.River.Rate, "-", 1.0, "-", "-", "-", "-", float64(batch.River.PeakRSS)/(1<<20))
-	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t\n", batch.Outbox.Name+" (1,000/tx)", batch.Outbox.Rate, "-", batch.Ratio(), "-", "-", "-", "-", float64(batch.Outbox.PeakRSS)/(1<<20))
+	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", batch.River.Name+" (1,000/tx)", batch.River.Rate, "-", 1.0, "-", "-", "-", "-", float64(batch.River.PeakRSS)/(1<<20), costColumns(batch.River.Cost))
+	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", batch.Outbox.Name+" (1,000/tx)", batch.Outbox.Rate, "-", batch.Ratio(), "-", "-", "-", "-", float64(batch.Outbox.PeakRSS)/(1<<20), costColumns(batch.Outbox.Cost))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintf(a.stdout, "\np50 and p99: commit to terminal, at %.0f units/s (half of plain River's maximum): River's job completed,\n"+
 		"or outbox's intent terminal; job p99: commit to the River job completed (after the intent, for outbox).\n"+
 		"Like for like: against River's lane that inserts the same way (in a caller's transaction or without one).\n"+
+		"WAL, index tuples and HOT updates: per action at the maximum rate; WAL is the server's (anything else running counts),\n"+
+		"index tuples one per index for each insert and non-HOT update of the lane's tables (an upper bound with partial indexes).\n"+
 		"Batch rows: inserts only, 1,000 a transaction; their ratio is against River's InsertManyTx.\n\nTargets (docs/design.md, section 5):\n", c.OfferedRate); err != nil {
 		return err
 	}
@@ -224,6 +290,25 @@ func (a *app) printBench(c *bench.Comparison, batch *bench.BatchComparison, asJS
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// costColumns is a lane's cost as the table's last four columns: the
+// last, the HOT share of the intent table's own updates.
+func costColumns(c *bench.Cost) string {
+	if c == nil {
+		return "-\t-\t-\t-"
+	}
+	share := func(updates, hot float64) string {
+		if updates == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f%%", 100*hot)
+	}
+	intents := "-"
+	if t := c.Tables["outbox_intent"]; t != nil {
+		intents = share(t.UpdatesPerAction, t.HOTUpdateShare)
+	}
+	return fmt.Sprintf("%.0f\t%.1f\t%s\t%s", c.WALBytesPerAction, c.IndexTuplesPerAction, share(c.UpdatesPerAction, c.HOTUpdateShare), intents)
+}
 
 // benchProgress draws a progress bar on stderr: rewritten in place on a
 // terminal, one line per lane elsewhere.

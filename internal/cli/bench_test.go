@@ -36,6 +36,12 @@ func TestBench(t *testing.T) {
 				P50 int64 `json:"p50_ns"`
 				P99 int64 `json:"p99_ns"`
 			} `json:"paced"`
+			Cost *struct {
+				WAL         float64  `json:"wal_bytes_per_action"`
+				IndexTuples float64  `json:"index_tuples_per_action"`
+				HOTShare    *float64 `json:"hot_update_share"`
+				Inserts     float64  `json:"inserts_per_action"`
+			} `json:"cost"`
 		} `json:"lanes"`
 		OfferedRate float64 `json:"offered_rate_per_s"`
 		Batch       struct {
@@ -53,7 +59,7 @@ func TestBench(t *testing.T) {
 		} `json:"targets"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &report), res.stdout)
-	require.Len(t, report.Lanes, 8)
+	require.Len(t, report.Lanes, 9)
 	require.Equal(t, "river InsertTx", report.Lanes[0].Name)
 	require.InDelta(t, 1.0, report.Lanes[0].Ratio, 1e-9)
 	for _, l := range report.Lanes {
@@ -62,6 +68,14 @@ func TestBench(t *testing.T) {
 		require.Positive(t, l.Max.PeakRSS, l.Name)
 		require.LessOrEqual(t, l.Paced.P50, l.Paced.P99, l.Name)
 		require.Positive(t, l.Paced.P99, l.Name)
+		// Every action writes at least one row, and each row an entry in
+		// its table's primary key.
+		require.NotNil(t, l.Cost, l.Name)
+		require.Positive(t, l.Cost.WAL, l.Name)
+		require.GreaterOrEqual(t, l.Cost.Inserts, 1.0, l.Name)
+		require.GreaterOrEqual(t, l.Cost.IndexTuples, l.Cost.Inserts, l.Name)
+		require.NotNil(t, l.Cost.HOTShare, l.Name)
+		require.True(t, *l.Cost.HOTShare >= 0 && *l.Cost.HOTShare <= 1, l.Name)
 	}
 	// The lanes without a caller's transaction are set against River's
 	// Insert, the others against InsertTx.
@@ -70,20 +84,20 @@ func TestBench(t *testing.T) {
 		names[i] = l.Name
 	}
 	require.Equal(t, []string{"river InsertTx", "outbox", "hand-written outbox on River", "river InsertTx, unique ByArgs",
-		"outbox, a job per intent", "outbox, at most once", "river Insert (no caller tx)", "outbox (no caller tx)"}, names)
+		"outbox, a job per intent", "outbox, at most once", "watermill-sql", "river Insert (no caller tx)", "outbox (no caller tx)"}, names)
 	for i, l := range report.Lanes {
 		base := report.Lanes[0].Max.Rate
-		if i >= 6 {
-			base = report.Lanes[6].Max.Rate
+		if i >= 7 {
+			base = report.Lanes[7].Max.Rate
 		}
 		require.InDelta(t, l.Max.Rate/base, l.RatioLikeForLike, 1e-9, l.Name)
 		require.InDelta(t, l.Max.Rate/report.Lanes[2].Max.Rate, l.RatioHandWritten, 1e-9, l.Name)
 	}
-	require.Len(t, report.Targets, 6, "targets (a) to (e) and the RSS")
+	require.Len(t, report.Targets, 10, "targets (a) to (i) and the RSS")
 	require.InDelta(t, report.Lanes[0].Max.Rate/2, report.OfferedRate, 1e-6)
 	require.Positive(t, report.Batch.River.Rate)
 	require.InDelta(t, report.Batch.Outbox.Rate/report.Batch.River.Rate, report.BatchRatio, 1e-9)
-	require.Contains(t, res.stderr, "bench: lane 1 of 18: river InsertTx")
+	require.Contains(t, res.stderr, "bench: lane 1 of 20: river InsertTx")
 
 	var left int
 	require.NoError(t, testdb.Pool(t).QueryRow(t.Context(),

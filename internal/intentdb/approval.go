@@ -48,7 +48,10 @@ func (q *Queries) renderApproval(r func(string) string) {
 			    completed_at = now(), updated_at = now()
 			WHERE t.id IN (
 				SELECT id FROM {{schema}}.outbox_intent
-				WHERE state = 'awaiting_approval' AND created_at < now() - $2::interval
+				-- approval_rule: through the small index of the intents
+				-- that awaited approval (an intent awaits approval only
+				-- from its insert, which sets it).
+				WHERE approval_rule IS NOT NULL AND state = 'awaiting_approval' AND created_at < now() - $2::interval
 				ORDER BY created_at
 				LIMIT $3
 				FOR UPDATE SKIP LOCKED)
@@ -60,7 +63,7 @@ func (q *Queries) renderApproval(r func(string) string) {
 		)
 		SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM notified)`)
 	q.sqlUnannounced = r(`SELECT {{columns}} FROM {{schema}}.outbox_intent
-		WHERE state = 'awaiting_approval' AND approval_notified_at IS NULL
+		WHERE approval_rule IS NOT NULL AND state = 'awaiting_approval' AND approval_notified_at IS NULL
 		ORDER BY created_at
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED`)

@@ -10,12 +10,15 @@ import (
 func (q *Queries) renderMaintenance(r func(string) string) {
 	// SKIP LOCKED: a row an operator is resolving right now is left for the
 	// next run rather than waited for. Only terminal rows that no operator
-	// must look at are candidates (the partial index outbox_intent_prunable
-	// holds exactly those): an unknown intent stays until it is resolved.
+	// must look at are candidates: an unknown intent stays until it is
+	// resolved. They are found through the index on created_at, which never
+	// changes (so that the intent's updates stay HOT; migration 015): an
+	// intent completed before the cutoff was created before it.
 	q.sqlPrune = r(`DELETE FROM {{schema}}.outbox_intent WHERE id IN (
 		SELECT id FROM {{schema}}.outbox_intent
 		WHERE state IN ('succeeded', 'failed', 'cancelled') AND completed_at < now() - $1::interval
-		ORDER BY completed_at
+		  AND created_at < now() - $1::interval
+		ORDER BY created_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED)`)
 	q.sqlCountByState = r(`SELECT state, count(*),

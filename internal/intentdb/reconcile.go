@@ -25,7 +25,8 @@ func (q *Queries) renderReconcile(r func(string) string) {
 		ORDER BY i.id
 		LIMIT $1
 		FOR UPDATE OF i SKIP LOCKED`)
-	// A fresh job: the drain dispatches the intent again, and its worker
+	// A fresh job: the drain dispatches the intent again (the trigger of
+	// migration 014 queues a pending intent whose job_id becomes NULL), and its worker
 	// decides from the intent's state what the attempt may do (workers.Decide).
 	// job_attempt restarts with the new job's attempts.
 	q.sqlRedispatch = r(`WITH upd AS (
@@ -40,13 +41,16 @@ func (q *Queries) renderReconcile(r func(string) string) {
 		SELECT count(*), (SELECT count(*) FROM notified) FROM upd`)
 	// Pending intents that no drain took, of effects this replica does not
 	// run, older than a drain would leave them if any replica ran them.
-	q.sqlUnserved = r(`SELECT effect, count(*)
-		FROM {{schema}}.outbox_intent
-		WHERE job_id IS NULL AND state = 'pending'
-		  AND NOT (effect = ANY($1::text[]))
-		  AND created_at < now() - $2::interval
-		GROUP BY effect
-		ORDER BY effect`)
+	// An intent of an effect no drain runs waits in the dispatch queue: the
+	// drain that read it from the stream left it there.
+	q.sqlUnserved = r(`SELECT i.effect, count(*)
+		FROM {{schema}}.outbox_dispatch_queue d
+		JOIN {{schema}}.outbox_intent i ON i.id = d.id
+		WHERE i.job_id IS NULL AND i.state = 'pending'
+		  AND NOT (i.effect = ANY($1::text[]))
+		  AND i.created_at < now() - $2::interval
+		GROUP BY i.effect
+		ORDER BY i.effect`)
 }
 
 // Stranded is a non-terminal intent whose River job is finalized or gone.
