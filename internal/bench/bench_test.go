@@ -81,7 +81,10 @@ func TestRunSmall(t *testing.T) {
 			// outcome).
 			intent := r.Cost.Tables["outbox_intent"]
 			require.NotNil(t, intent, k.Name)
-			require.InDelta(t, 1.0, intent.InsertsPerAction, 0.01, k.Name)
+			// PostgreSQL counts a speculative insert that met a concurrent
+			// duplicate (the re-submits) as inserted: up to a tenth more.
+			require.GreaterOrEqual(t, intent.InsertsPerAction, 0.99, k.Name)
+			require.LessOrEqual(t, intent.InsertsPerAction, 1.11, k.Name)
 			require.GreaterOrEqual(t, intent.UpdatesPerAction, 1.0, k.Name)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/testdb"
@@ -13,7 +14,10 @@ import (
 // plausible, every schema it made dropped.
 func TestBench(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	// A database of its own: its schemas are bench's alone, whatever else
+	// runs on the server.
+	url := testdb.Database(t)
+	env := map[string]string{"DATABASE_URL": url}
 
 	res := runEnv(t, env, nil, "bench", "--count", "0")
 	require.Equal(t, 2, res.code)
@@ -99,8 +103,11 @@ func TestBench(t *testing.T) {
 	require.InDelta(t, report.Batch.Outbox.Rate/report.Batch.River.Rate, report.BatchRatio, 1e-9)
 	require.Contains(t, res.stderr, "bench: lane 1 of 20: river InsertTx")
 
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
 	var left int
-	require.NoError(t, testdb.Pool(t).QueryRow(t.Context(),
+	require.NoError(t, conn.QueryRow(t.Context(),
 		`SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'outboxd\_bench\_%'`).Scan(&left))
 	require.Zero(t, left, "bench leaves no schema behind")
 }

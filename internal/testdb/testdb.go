@@ -17,6 +17,7 @@ package testdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -26,7 +27,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/internal/fixture/noop"
@@ -216,7 +219,17 @@ func Schema(tb testing.TB) string {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 
-		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+quoted+" CASCADE"); err != nil {
+		// A process the test started may still be at work in the schema
+		// (a serve being stopped, its last drain): a deadlock with it is
+		// tried again, the drop being the only thing left to do.
+		var err error
+		for range 5 {
+			if _, err = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+quoted+" CASCADE"); !isDeadlock(err) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
 			tb.Errorf("testdb: error dropping schema %s: %s", schema, err)
 		}
 	})
@@ -396,4 +409,10 @@ func (tb *exampleTB) runCleanups() {
 	for i := len(tb.cleanups) - 1; i >= 0; i-- {
 		tb.cleanups[i]()
 	}
+}
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DeadlockDetected
 }
