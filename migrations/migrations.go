@@ -161,6 +161,17 @@ func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(tx p
 	}
 	defer conn.Release()
 
+	// Migrations wait as long as they must, for the lock and for their
+	// statements, whatever timeouts the pool's sessions start with (serve's
+	// OUTBOX_STATEMENT_TIMEOUT and OUTBOX_LOCK_TIMEOUT, when it migrates at
+	// start): a replica queued behind another's migration, or an index
+	// built on a large table, is not stuck. RESET gives the connection its
+	// startup values back before it returns to the pool.
+	if _, err := conn.Exec(ctx, "SELECT set_config('statement_timeout', '0', false), set_config('lock_timeout', '0', false)"); err != nil {
+		return fmt.Errorf("error clearing timeouts for migrations: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET statement_timeout; RESET lock_timeout") //nolint:errcheck // a broken connection is discarded by the pool
+
 	h := fnv.New64a()
 	h.Write([]byte("outbox.migrate:" + m.schema))
 	lockID := int64(h.Sum64())

@@ -8,6 +8,8 @@ import (
 
 	"github.com/sethvargo/go-envconfig"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/dbutil"
 )
 
 // TestLoadConfigNamesEveryBadVariable sets each variable, one at a time, to a
@@ -50,4 +52,12 @@ func TestLoadConfigNamesEveryBadVariable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The session timeouts' defaults are dbutil's constants, which the
+// variables' tags spell again for --help and go-envconfig.
+func TestSessionTimeoutDefaults(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, dbutil.StatementTimeoutDefault.String(), envDefault("StatementTimeout"))
+	require.Equal(t, dbutil.LockTimeoutDefault.String(), envDefault("LockTimeout"))
 }

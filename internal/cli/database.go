@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-dev/outbox/internal/dbutil"
 )
 
 // connect opens a pool on cfg's database and checks that it answers.
@@ -25,6 +27,9 @@ func connect(ctx context.Context, cfg *Config, maxConns int32, tracer ...pgx.Que
 	if maxConns > 0 {
 		poolConfig.MaxConns = maxConns
 	}
+	// Every statement outbox runs is bounded (docs/operations.md,
+	// "Running out"); migrations lift the bounds for their own session.
+	dbutil.SetSessionTimeouts(poolConfig.ConnConfig, cfg.StatementTimeout, cfg.LockTimeout)
 	if len(tracer) > 0 {
 		poolConfig.ConnConfig.Tracer = tracer[0]
 	}

@@ -250,8 +250,11 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		return nil, err
 	}
 	api, err := httpapi.New(pool, d.Client, &httpapi.Config{
-		AuthFailureFunc:       d.metrics.authFailures.Inc,
-		AutoKeyWindow:         c.AutoKeyWindow,
+		AuthFailureFunc: d.metrics.authFailures.Inc,
+		AutoKeyWindow:   c.AutoKeyWindow,
+		DatabaseUnavailableFunc: func(reason string) {
+			d.metrics.databaseUnavailable.WithLabelValues(reason).Inc()
+		},
 		Logger:                c.Logger,
 		ModelKeyGuard:         c.ModelKeyGuard,
 		PossibleDuplicateFunc: d.metrics.enqueues.ObservePossibleDuplicate,

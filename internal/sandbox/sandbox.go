@@ -99,6 +99,8 @@ type standIn struct {
 	released    map[string]chan struct{}
 	requests    int
 	requestsBy  map[string]int
+	// throttledUntil is when Throttle's 429s end.
+	throttledUntil time.Time
 }
 
 func newStandIn(name string, logger *slog.Logger) *standIn {
@@ -168,6 +170,16 @@ func (s *standIn) Misbehave(faults ...Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults = append(s.faults, faults...)
+}
+
+// Throttle makes every effect request until d from now meet
+// FaultTooManyRequests (429 with Retry-After, SMTP 421), after the faults
+// queued for its key, as a provider does that throttles an account for
+// minutes; Throttle(0) lifts it.
+func (s *standIn) Throttle(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.throttledUntil = time.Now().Add(d)
 }
 
 // MisbehaveFor queues faults for the effect requests with key only, ahead
@@ -267,6 +279,8 @@ func (s *standIn) nextFault(key string, anyToo bool) (Fault, bool) {
 	case anyToo && len(s.faults) > 0:
 		f = s.faults[0]
 		s.faults = s.faults[1:]
+	case anyToo && time.Now().Before(s.throttledUntil):
+		f = Fault{Kind: FaultTooManyRequests}
 	default:
 		return Fault{}, false
 	}
