@@ -101,6 +101,9 @@ type standIn struct {
 	requestsBy  map[string]int
 	// throttledUntil is when Throttle's 429s end.
 	throttledUntil time.Time
+	// hangingNow counts the requests hanging for a fault at this moment,
+	// by key (hung counts every one ever).
+	hangingNow map[string]int
 }
 
 func newStandIn(name string, logger *slog.Logger) *standIn {
@@ -114,6 +117,7 @@ func newStandIn(name string, logger *slog.Logger) *standIn {
 		effectsBy:   map[string]int{},
 		faultsBy:    map[string][]Fault{},
 		hung:        map[string]int{},
+		hangingNow:  map[string]int{},
 		hungChanged: make(chan struct{}),
 		released:    map[string]chan struct{}{},
 		requestsBy:  map[string]int{},
@@ -221,6 +225,20 @@ func (s *standIn) RequestsFor(key string) int {
 	return s.requestsBy[key]
 }
 
+// HangingNow returns the keys of the requests hanging for a fault
+// (FaultHangBefore, FaultHangAfter) at this moment, "" for a request whose
+// key the stand-in does not know yet: a test times a kill of the client to
+// a call in flight with it.
+func (s *standIn) HangingNow() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.hangingNow))
+	for k := range s.hangingNow {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
 // WaitHanging waits until a request with key (any request when key is "")
 // hangs (FaultHangBefore or FaultHangAfter), so that a test can kill the
 // client at that point.
@@ -298,10 +316,18 @@ func (s *standIn) hang(key string, gone <-chan struct{}, max time.Duration, noti
 		if key != "" {
 			s.hung[""]++
 		}
+		s.hangingNow[key]++
 		close(s.hungChanged)
 		s.hungChanged = make(chan struct{})
 		s.mu.Unlock()
 		s.logger.Info("sandbox provider hanging", slog.String("provider", s.name))
+		defer func() {
+			s.mu.Lock()
+			if s.hangingNow[key]--; s.hangingNow[key] <= 0 {
+				delete(s.hangingNow, key)
+			}
+			s.mu.Unlock()
+		}()
 	}
 	timer := time.NewTimer(max)
 	defer timer.Stop()
