@@ -35,12 +35,36 @@ type Migration struct {
 	Name string
 	// Version is the migration's number: 1 for 001_intents.up.sql.
 	Version int
+	// Compatibility is what the migration's up file says of the previous
+	// release's serve running while, and after, it is applied: its
+	// "-- compatibility: " line, CompatibilitySafe or "breaking: " and
+	// why (docs/operations.md, "Upgrading"). Empty for the migrations
+	// written before the rule (CompatibilityRequiredFrom).
+	Compatibility string
 
 	down string
 	up   string
 }
 
 var fileRE = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
+
+// CompatibilityRequiredFrom is the first migration whose up file must name
+// its compatibility with the previous release (a line "-- compatibility:
+// safe with the previous release", or "-- compatibility: breaking: " and
+// why); TestMigrationCompatibility enforces it.
+const CompatibilityRequiredFrom = 14
+
+// CompatibilitySafe is the compatibility of a migration that the previous
+// release's serve runs beside: a rolling upgrade may apply it while old
+// replicas serve.
+const CompatibilitySafe = "safe with the previous release"
+
+// CompatibilityBreakingPrefix starts the compatibility of a migration the
+// previous release's serve cannot run beside; the rest says why, and what
+// the upgrade must do instead.
+const CompatibilityBreakingPrefix = "breaking: "
+
+var compatibilityRE = regexp.MustCompile(`(?m)^-- compatibility: (.+?)\s*$`)
 
 // All returns outbox's migrations in version order.
 func All() []Migration {
@@ -66,6 +90,9 @@ func All() []Migration {
 		}
 		if m[3] == "up" {
 			mig.up = string(body)
+			if c := compatibilityRE.FindStringSubmatch(mig.up); c != nil {
+				mig.Compatibility = c[1]
+			}
 		} else {
 			mig.down = string(body)
 		}
