@@ -119,7 +119,10 @@ func (c *Cluster) StartRecovery(ctx context.Context, settings ...string) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("still in recovery after 60 s: %v\n%s", err, c.logTail())
+			if err == nil {
+				err = errors.New("pg_is_in_recovery() is still true")
+			}
+			return fmt.Errorf("still in recovery after 60 s: %w\n%s", err, c.logTail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
