@@ -107,6 +107,18 @@ func TestRestoreFromBackup(t *testing.T) {
 	// Recorded before the restore point, with no serve running: pending
 	// there, sent after it.
 	sentAfter := enqueueAll("sent-after", 10)
+	// And three charges older than Stripe's 24 h window: a provider would
+	// no longer recognise their key (the sandbox's Stripe does, forever).
+	var pastWindow []string
+	for i := range 3 {
+		key := fmt.Sprintf("past-window-charge-%03d", i)
+		e.enqueue(t, key, "charge", args("charge", 100+i))
+		actions[key] = keyed{"charge", 100 + i}
+		pastWindow = append(pastWindow, key)
+	}
+	_, err = pool.Exec(ctx, `UPDATE outbox.outbox_intent SET created_at = created_at - interval '25 hours' WHERE key LIKE 'past-window-%'`)
+	require.NoError(t, err)
+	sentAfter = append(sentAfter, pastWindow...)
 	var restorePoint time.Time
 	require.NoError(t, pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&restorePoint))
 	time.Sleep(100 * time.Millisecond)
@@ -183,6 +195,12 @@ func TestRestoreFromBackup(t *testing.T) {
 		for effect, s := range standIns {
 			before[effect], requestsBefore[effect] = s.Effects(), s.Requests()
 		}
+		pastWindowKeys := map[string]int{}
+		for _, key := range pastWindow {
+			intent, err := re.client.Get(ctx, "", key)
+			require.NoError(t, err)
+			pastWindowKeys[intent.ProviderKey] = sb.Stripe.RequestsFor(intent.ProviderKey)
+		}
 		server := re.serve()
 		if recover {
 			// Never while serve runs: its workers would take intents
@@ -212,6 +230,12 @@ func TestRestoreFromBackup(t *testing.T) {
 			re.waitIntent(t, key, 60*time.Second)
 		}
 		stopGracefully(t, server)
+		// Sent again under a key older than the provider's window: a real
+		// provider may have forgotten it and act again.
+		pastWindowResent := 0
+		for pk, n := range pastWindowKeys {
+			pastWindowResent += sb.Stripe.RequestsFor(pk) - n
+		}
 		again := map[string]int{}
 		resent := map[string]int{}
 		for effect, s := range standIns {
@@ -227,13 +251,14 @@ func TestRestoreFromBackup(t *testing.T) {
 		if recover {
 			label = "with recover"
 		}
-		t.Logf("TestRestoreFromBackup %s: restored in %s; intents at the restore point %d (%d pending, sent after it); effects made again: charge %d, ticket %d, email %d (requests: charge %d, ticket %d, email %d, retries of lost keys included); states %v; agents' retries of %d lost keys: ids handed out again %d, provider keys seen before %d; %s",
+		t.Logf("TestRestoreFromBackup %s: restored in %s; intents at the restore point %d (%d pending, sent after it); effects made again: charge %d, ticket %d, email %d (requests: charge %d, ticket %d, email %d, retries of lost keys included); charges past Stripe's window sent again under their old key %d of %d; states %v; agents' retries of %d lost keys: ids handed out again %d, provider keys seen before %d; %s",
 			label, restoredIn.Round(10*time.Millisecond), len(ended)+len(sentAfter), len(sentAfter), again["charge"], again["ticket"], again["email"],
-			resent["charge"], resent["ticket"], resent["email"], states, len(createdAfter), idsAgain, keysAgain, recovered)
+			resent["charge"], resent["ticket"], resent["email"], pastWindowResent, len(pastWindow), states, len(createdAfter), idsAgain, keysAgain, recovered)
 		if recover {
 			require.Zero(t, again["charge"]+again["ticket"]+again["email"], "effects made again after outboxd recover")
 			require.Zero(t, idsAgain, "ids handed out again after outboxd recover")
-			require.Equal(t, 10, states["unknown"], "the at-most-once intents sent after the restore point end unknown")
+			require.Zero(t, pastWindowResent, "a charge past the provider's window sent again after outboxd recover")
+			require.Equal(t, 13, states["unknown"], "the at-most-once intents, and the deduplicated ones past their window, sent after the restore point end unknown")
 		} else {
 			// What recover is for: the restored cluster sends the
 			// reconcilable and at-most-once intents again.
