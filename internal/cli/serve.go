@@ -197,6 +197,13 @@ func checkMigrations(ctx context.Context, cfg *Config, pool *pgxpool.Pool, logge
 	if st.UpToDate() {
 		return nil
 	}
+	if st.OutboxCurrent > st.OutboxLatest || st.RiverCurrent > st.RiverLatest {
+		// A newer release migrated the schema (docs/operations.md,
+		// "Upgrading"): this one does not know whether its migrations are
+		// safe for it, and refuses rather than guess.
+		return fmt.Errorf("schema %s is newer than this release (river %d, outbox %d; this release knows river %d, outbox %d): run the newer release, or migrate down with it first",
+			cfg.Schema, st.RiverCurrent, st.OutboxCurrent, st.RiverLatest, st.OutboxLatest)
+	}
 	if !cfg.AutoMigrate {
 		return fmt.Errorf("schema %s has pending migrations (river %d of %d, outbox %d of %d): run outboxd migrate up, or set OUTBOX_AUTO_MIGRATE=true",
 			cfg.Schema, st.RiverCurrent, st.RiverLatest, st.OutboxCurrent, st.OutboxLatest)
