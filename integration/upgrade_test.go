@@ -38,6 +38,9 @@ func buildAt(t *testing.T, commit string) string {
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	require.NoError(t, err, "TestRollingUpgrade builds the previous release from git")
 	repo := strings.TrimSpace(string(root))
+	if out, err := exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		t.Fatalf("the previous release's commit %s is not in this clone (a shallow one? git fetch --unshallow): %v: %s", commit, err, out)
+	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	out, err := exec.Command("git", "-C", repo, "worktree", "add", "--detach", src, commit).CombinedOutput()
