@@ -280,13 +280,20 @@ func metricSample(t *testing.T, addr, sample string) float64 {
 }
 
 // unavailableMetric requires outbox_database_unavailable_total{reason} to
-// have counted the refusals, and returns it as the figure line shows it.
+// have counted the refusals, and outbox_database_errors_total{reason} at
+// least as many, and returns them as the figure line shows them.
 func unavailableMetric(t *testing.T, addr, reason string) string {
 	t.Helper()
 	sample := `outbox_database_unavailable_total{reason="` + reason + `"}`
 	v := metricSample(t, addr, sample)
 	require.Positive(t, v, "%s did not count the refusals", sample)
-	return fmt.Sprintf("%s=%g", sample, v)
+	// And every statement of the process that met the limit, the
+	// workers', the drain's and River's with the API's: what the alert
+	// watches.
+	all := `outbox_database_errors_total{reason="` + reason + `"}`
+	w := metricSample(t, addr, all)
+	require.GreaterOrEqual(t, w, v, "%s did not count the errors", all)
+	return fmt.Sprintf("%s=%g, %s=%g (OutboxDatabaseUnavailable)", sample, v, all, w)
 }
 
 // testDiskFull puts the intent table on a tablespace on a 16 MB tmpfs,

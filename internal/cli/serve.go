@@ -11,12 +11,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/keyguard"
+	"github.com/outbox-dev/outbox/internal/metrics"
 	"github.com/outbox-dev/outbox/migrations"
 )
 
@@ -44,6 +46,10 @@ OUTBOX_SANDBOX=true for the sandbox's noop effects). Stops gracefully on
 SIGINT or SIGTERM, letting running attempts finish within
 OUTBOX_EFFECT_TIMEOUT.`,
 }
+
+// databaseErrors is outbox_database_errors_total, the tracer of serve's
+// pool: one per process, as serve runs once in it.
+var databaseErrors = metrics.NewDatabaseErrors()
 
 // gaugeRefreshInterval overrides how often serve reads the database gauges,
 // in nanoseconds; 0 keeps the default. Tests shorten it (export_test.go), so
@@ -80,7 +86,10 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	}
 	defer stopTracing()
 
-	pool, err := connect(ctx, cfg, daemon.PoolSize(cfg.Workers), sqlTracer(tracerProvider, cfg)...)
+	// Every statement's and acquire's error is classified for
+	// outbox_database_errors_total (docs/operations.md, "Running out").
+	tracers := append([]pgx.QueryTracer{databaseErrors}, sqlTracer(tracerProvider, cfg)...)
+	pool, err := connect(ctx, cfg, daemon.PoolSize(cfg.Workers), tracers...)
 	if err != nil {
 		return err
 	}
@@ -153,7 +162,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
 		APITokens:                 cfg.Tokens(),
-		Collectors:                []prometheus.Collector{declaredRuleErrors, upstreamCalls, upstreamDrift},
+		Collectors:                []prometheus.Collector{databaseErrors, declaredRuleErrors, upstreamCalls, upstreamDrift},
 		ApprovalRules:             cfg.ApprovalRules(),
 		ApprovalTTL:               cfg.ApprovalTTL,
 		ApprovalWebhook:           cfg.ApprovalWebhook,
