@@ -25,6 +25,8 @@ type agentAnswer struct {
 	Code string
 	// Err is the transport's error: the outcome is unknown.
 	Err error
+	// RetryAfter is the answer's Retry-After header, "" when none.
+	RetryAfter string
 }
 
 // ok reports a 2xx answer.
@@ -59,7 +61,7 @@ func agentCall(ctx context.Context, client *http.Client, method, addr, path stri
 	if err != nil {
 		return agentAnswer{Status: resp.StatusCode, Err: err}
 	}
-	a := agentAnswer{Status: resp.StatusCode}
+	a := agentAnswer{Status: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}
 	if a.ok() {
 		var ans struct {
 			outbox.Intent

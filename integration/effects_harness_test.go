@@ -58,6 +58,7 @@ type standIn interface {
 	Effects() int
 	EffectsFor(key string) int
 	MisbehaveFor(key string, faults ...sandbox.Fault)
+	Requests() int
 	RequestsFor(key string) int
 	WaitHanging(ctx context.Context, key string) error
 }

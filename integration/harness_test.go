@@ -107,7 +107,13 @@ func (e *env) table(name string) string { return pgx.Identifier{e.schema, name}.
 // run runs an outboxd command to completion.
 func (e *env) run(args ...string) (stdout, stderr string, code int) {
 	e.t.Helper()
-	cmd := exec.Command(outboxd(e.t), args...)
+	return e.runBin(outboxd(e.t), args...)
+}
+
+// runBin is run with another outboxd binary (a previous release's).
+func (e *env) runBin(bin string, args ...string) (stdout, stderr string, code int) {
+	e.t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = e.vars
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -138,7 +144,13 @@ type process struct {
 // are added to the env's, for this process only.
 func (e *env) serve(extra ...string) *process {
 	e.t.Helper()
-	cmd := exec.Command(outboxd(e.t), "serve")
+	return e.serveBin(outboxd(e.t), extra...)
+}
+
+// serveBin is serve with another outboxd binary (a previous release's).
+func (e *env) serveBin(bin string, extra ...string) *process {
+	e.t.Helper()
+	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(slices.Clone(e.vars), extra...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(e.t, err)

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +42,8 @@ type histFault struct {
 }
 
 // A history of agent and operator calls, recorded over serve's HTTP API
-// while two replicas are killed (-9), paused (SIGSTOP), PostgreSQL is
+// while two replicas are killed (-9: timed to a provider call in flight, so
+// that the kill cuts an attempt), paused (SIGSTOP), PostgreSQL is
 // restarted, and commit replies are lost (Toxiproxy), is checked per key
 // with Porcupine against the intent state machine (history_model_test.go),
 // and the providers' ledgers are counted against the intents.
@@ -218,7 +221,9 @@ func TestHistory(t *testing.T) {
 		}()
 	}
 
-	// The schedule: a fault every 1 to 2.5 s until the clients are done.
+	// The schedule: a fault every 1 to 2.5 s until the clients are done,
+	// in turn (of six): a kill in flight, a lost acknowledgement, a restart
+	// of PostgreSQL, a kill in flight, a pause, a lost acknowledgement.
 	clientsDone := make(chan struct{})
 	go func() { wg.Wait(); close(clientsDone) }()
 	var faults []histFault
@@ -229,6 +234,22 @@ func TestHistory(t *testing.T) {
 	}
 	targets := []string{sqlMatchEnqueue, sqlMatchDrain, sqlMatchClaim, sqlMatchFinish}
 	var lostAcks []*lostAck
+	// The stand-ins a kill is timed to, with the port their clients
+	// connect to.
+	hangers := []struct {
+		standIn interface {
+			Misbehave(...sandbox.Fault)
+			HangingNow() []string
+		}
+		port int
+	}{
+		{sb.Stripe, urlPort(t, sb.Stripe.URL())},
+		{sb.Zendesk, urlPort(t, sb.Zendesk.URL())},
+		{sb.SMTP, urlPort(t, "smtp://"+sb.SMTP.Addr())},
+	}
+	// interruptedAttempts counts attempts a kill cut while their call was
+	// in flight at the provider.
+	interruptedAttempts := 0
 schedule:
 	for n := 0; ; n++ {
 		select {
@@ -236,19 +257,66 @@ schedule:
 			break schedule
 		case <-time.After(time.Duration(1000+rand.IntN(1500)) * time.Millisecond):
 		}
-		switch n % 5 {
-		case 0:
+		switch n % 6 {
+		case 0, 3:
+			// A kill timed to a provider call in flight: the next request
+			// to one stand-in (in turn) performs its effect and hangs, the
+			// worst moment to die, and the replicas holding a connection
+			// to that stand-in are killed while it hangs (both, when both
+			// do: the caller is one of them). Without a call within 5 s, a
+			// replica at random.
+			h := hangers[(n/3)%len(hangers)]
+			h.standIn.Misbehave(sandbox.Fault{Kind: sandbox.FaultHangAfter})
+			var hung []string
+			for deadline := time.Now().Add(5 * time.Second); len(hung) == 0 && time.Now().Before(deadline); {
+				hung = h.standIn.HangingNow()
+				if len(hung) == 0 {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
 			replicasMu.Lock()
-			i := rand.IntN(len(replicas))
-			victim := replicas[i]
+			var victims []int
+			if len(hung) > 0 {
+				for i, r := range replicas {
+					if connectedTo(r.cmd.Process.Pid, h.port) {
+						victims = append(victims, i)
+					}
+				}
+			}
+			timed := len(victims) > 0
+			if !timed {
+				victims = []int{rand.IntN(len(replicas))}
+			}
+			killed := make([]*process, len(victims))
+			for j, i := range victims {
+				killed[j] = replicas[i]
+			}
 			replicasMu.Unlock()
-			note("kill -9")
-			victim.kill9()
-			fresh := e.serve()
-			replicasMu.Lock()
-			replicas[i] = fresh
-			replicasMu.Unlock()
-		case 1:
+			if timed {
+				note("kill -9 with a call in flight")
+			} else {
+				note("kill -9")
+			}
+			for _, victim := range killed {
+				victim.kill9()
+			}
+			if timed {
+				// The attempt was cut: its intent has no outcome recorded.
+				for _, key := range hung {
+					var state string
+					err := pool.QueryRow(ctx, `SELECT state FROM outbox.outbox_intent WHERE provider_key = $1`, key).Scan(&state)
+					if err == nil && !outbox.State(state).Terminal() {
+						interruptedAttempts++
+					}
+				}
+			}
+			for _, i := range victims {
+				fresh := e.serve()
+				replicasMu.Lock()
+				replicas[i] = fresh
+				replicasMu.Unlock()
+			}
+		case 4:
 			replicasMu.Lock()
 			victim := replicas[rand.IntN(len(replicas))]
 			replicasMu.Unlock()
@@ -352,8 +420,8 @@ schedule:
 	for _, a := range lostAcks {
 		fired += int(a.fired.Load())
 	}
-	t.Logf("TestHistory: ops %d, keys %d, intents %d, states %v, faults %d (landed with client ops in flight %d, lost-ack toxics fired %d of %d), interrupted intents %d, info enqueues %d, linearizable %s, anomalies %d, ops %v",
-		len(history), nkeys, len(intents), states, len(faults), landed, fired, len(lostAcks), interrupted, len(infoEnqueue), res, len(anomalies), opsBy)
+	t.Logf("TestHistory: ops %d, keys %d, intents %d, states %v, faults %d (landed with client ops in flight %d, lost-ack toxics fired %d of %d), interrupted_attempts=%d, interrupted intents %d, info enqueues %d, linearizable %s, anomalies %d, ops %v",
+		len(history), nkeys, len(intents), states, len(faults), landed, fired, len(lostAcks), interruptedAttempts, interrupted, len(infoEnqueue), res, len(anomalies), opsBy)
 	if res != porcupine.Ok || len(anomalies) > 0 {
 		dir := t.TempDir()
 		if d := os.Getenv("HISTORY_DIR"); d != "" {
@@ -373,4 +441,48 @@ schedule:
 	}
 	require.Positive(t, landed, "no fault landed while operations were under way: the run proves nothing")
 	require.Positive(t, interrupted+fired, "no fault interrupted an attempt or a commit")
+	require.Positive(t, interruptedAttempts, "no kill cut an attempt with its call in flight at the provider")
+}
+
+// urlPort is the port of a URL.
+func urlPort(t *testing.T, raw string) int {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	return port
+}
+
+// connectedTo reports whether process pid holds an established TCP
+// connection to port on this machine: its socket inodes (/proc/PID/fd)
+// matched against the kernel's table of connections (/proc/net/tcp, tcp6).
+func connectedTo(pid, port int) bool {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	want := fmt.Sprintf(":%04X", port)
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			// sl, local_address, rem_address, st (01: established), ...,
+			// inode (the tenth).
+			if len(f) >= 10 && strings.HasSuffix(f[2], want) && f[3] == "01" && inodes[f[9]] {
+				return true
+			}
+		}
+	}
+	return false
 }

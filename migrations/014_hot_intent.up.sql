@@ -1,3 +1,7 @@
+-- compatibility: safe with the previous release
+-- (its drain takes undispatched intents FOR UPDATE SKIP LOCKED and marks
+-- job_id; this one's locks them FOR UPDATE and hands over only those still
+-- pending without a job, so the two never dispatch one intent twice)
 -- The intent's updates become HOT (docs/design.md, "A schema where the hot
 -- path is HOT"). Until now every update of an intent (the drain's job_id,
 -- the claim, the finish) changed a column that an index held or filtered

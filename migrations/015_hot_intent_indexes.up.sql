@@ -1,4 +1,8 @@
 -- outbox:no-transaction
+-- compatibility: safe with the previous release
+-- (its drain still finds undispatched intents once their partial index is
+-- gone, by reading the table: slower on a large table, never wrong; roll
+-- the old replicas out soon after)
 --
 -- The intent table's indexes, swapped for indexes on columns that never
 -- change after the insert (see 014), without a long lock: CREATE and DROP

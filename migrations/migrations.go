@@ -42,6 +42,12 @@ type Migration struct {
 	// Its files hold no semicolon but those ending statements, each at the
 	// end of a line.
 	NoTransaction bool
+	// Compatibility is what the migration's up file says of the previous
+	// release's serve running while, and after, it is applied: its
+	// "-- compatibility: " line, CompatibilitySafe or "breaking: " and
+	// why (docs/operations.md, "Upgrading"). Empty for the migrations
+	// written before the rule (CompatibilityRequiredFrom).
+	Compatibility string
 
 	down string
 	up   string
@@ -74,6 +80,24 @@ func statements(sql string) []string {
 
 var fileRE = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
 
+// CompatibilityRequiredFrom is the first migration whose up file must name
+// its compatibility with the previous release (a line "-- compatibility:
+// safe with the previous release", or "-- compatibility: breaking: " and
+// why); TestMigrationCompatibility enforces it.
+const CompatibilityRequiredFrom = 14
+
+// CompatibilitySafe is the compatibility of a migration that the previous
+// release's serve runs beside: a rolling upgrade may apply it while old
+// replicas serve.
+const CompatibilitySafe = "safe with the previous release"
+
+// CompatibilityBreakingPrefix starts the compatibility of a migration the
+// previous release's serve cannot run beside; the rest says why, and what
+// the upgrade must do instead.
+const CompatibilityBreakingPrefix = "breaking: "
+
+var compatibilityRE = regexp.MustCompile(`(?m)^-- compatibility: (.+?)\s*$`)
+
 // All returns outbox's migrations in version order.
 func All() []Migration {
 	byVersion := map[int]*Migration{}
@@ -99,6 +123,9 @@ func All() []Migration {
 		if m[3] == "up" {
 			mig.up = string(body)
 			mig.NoTransaction = strings.HasPrefix(mig.up, noTransactionMarker)
+			if c := compatibilityRE.FindStringSubmatch(mig.up); c != nil {
+				mig.Compatibility = c[1]
+			}
 		} else {
 			mig.down = string(body)
 		}
@@ -193,6 +220,17 @@ func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(s *s
 		return fmt.Errorf("error acquiring migration connection: %w", err)
 	}
 	defer conn.Release()
+
+	// Migrations wait as long as they must, for the lock and for their
+	// statements, whatever timeouts the pool's sessions start with (serve's
+	// OUTBOX_STATEMENT_TIMEOUT and OUTBOX_LOCK_TIMEOUT, when it migrates at
+	// start): a replica queued behind another's migration, or an index
+	// built on a large table, is not stuck. RESET gives the connection its
+	// startup values back before it returns to the pool.
+	if _, err := conn.Exec(ctx, "SELECT set_config('statement_timeout', '0', false), set_config('lock_timeout', '0', false)"); err != nil {
+		return fmt.Errorf("error clearing timeouts for migrations: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET statement_timeout; RESET lock_timeout") //nolint:errcheck // a broken connection is discarded by the pool
 
 	h := fnv.New64a()
 	h.Write([]byte("outbox.migrate:" + m.schema))

@@ -264,3 +264,20 @@ func TestMigrateLiveTable(t *testing.T) {
 		WHERE table_schema = $1 AND table_name = 'outbox_intent' AND column_name = 'txid')`, schema).Scan(&hasTxid))
 	require.False(t, hasTxid)
 }
+
+// Every migration from CompatibilityRequiredFrom on says whether the
+// previous release's serve may run beside it (docs/operations.md,
+// "Upgrading"): a rolling upgrade applies migrate up while old replicas
+// serve, so a migration that breaks them must say so, and why.
+func TestMigrationCompatibility(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrations.All() {
+		if m.Version < migrations.CompatibilityRequiredFrom {
+			continue
+		}
+		ok := m.Compatibility == migrations.CompatibilitySafe ||
+			(strings.HasPrefix(m.Compatibility, migrations.CompatibilityBreakingPrefix) && len(m.Compatibility) > len(migrations.CompatibilityBreakingPrefix)+10)
+		require.True(t, ok, "migration %03d_%s.up.sql must have a line %q or \"-- compatibility: breaking: <why, and what the upgrade must do>\", not %q",
+			m.Version, m.Name, "-- compatibility: "+migrations.CompatibilitySafe, m.Compatibility)
+	}
+}

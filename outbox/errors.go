@@ -24,7 +24,13 @@ const (
 	CodeNotUnknown          = "not_unknown"
 	CodePossibleDuplicate   = "possible_duplicate"
 	CodeRateLimited         = "rate_limited"
-	CodeUnknownEffect       = "unknown_effect"
+	// CodeUnavailable is a refusal of the server's while it cannot store
+	// or read intents (the database is full, out of connections, locked,
+	// or gone). The call was most likely not recorded (a commit whose
+	// reply was lost may have been): send the same call with the same key
+	// again after the answer's Retry-After, which is safe either way.
+	CodeUnavailable   = "unavailable"
+	CodeUnknownEffect = "unknown_effect"
 )
 
 // Error is an outbox error with a stable code and, for bad input, the field it

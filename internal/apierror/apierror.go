@@ -8,6 +8,8 @@ package apierror
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -41,6 +43,85 @@ type Problem struct {
 	Internal bool
 	// PossibleDuplicate is the earlier action a possible_duplicate names.
 	PossibleDuplicate *outbox.PossibleDuplicateError
+	// RetryAfter is how long the caller should wait before sending the
+	// call again (HTTP's Retry-After), 0 for no advice.
+	RetryAfter time.Duration
+	// Unavailable is why the database could not serve the call (one of
+	// the Unavailable constants) for code unavailable, else "".
+	Unavailable string
+}
+
+// Reasons the database could not serve a call, for an unavailable answer's
+// message and outbox_database_unavailable_total{reason}.
+const (
+	// UnavailableConnections: no connection could be had
+	// (max_connections, a pooler's limit).
+	UnavailableConnections = "connections"
+	// UnavailableDiskFull: the database could not write (disk full, out
+	// of memory, or another of PostgreSQL's resource errors, class 53).
+	UnavailableDiskFull = "disk_full"
+	// UnavailableDown: the database went away or refused the connection
+	// (restarting, shutting down, the network).
+	UnavailableDown = "down"
+	// UnavailableLockTimeout: a statement waited for a lock longer than
+	// lock_timeout (OUTBOX_LOCK_TIMEOUT).
+	UnavailableLockTimeout = "lock_timeout"
+	// UnavailableStatementTimeout: a statement ran longer than
+	// statement_timeout (OUTBOX_STATEMENT_TIMEOUT).
+	UnavailableStatementTimeout = "statement_timeout"
+)
+
+// UnavailableReasons are every Unavailable constant, so that a metric can
+// show each from the start.
+var UnavailableReasons = []string{UnavailableConnections, UnavailableDiskFull, UnavailableDown, UnavailableLockTimeout, UnavailableStatementTimeout}
+
+// RetryAfterUnavailable is the Retry-After of an unavailable answer: long
+// enough that callers do not add to a database's trouble, short enough that
+// they come back soon after it is over.
+const RetryAfterUnavailable = 2 * time.Second
+
+// unavailableMessages tell the caller what happened and what to do.
+var unavailableMessages = map[string]string{
+	UnavailableConnections:      "the database has no free connection",
+	UnavailableDiskFull:         "the database cannot write (out of disk or memory)",
+	UnavailableDown:             "the database cannot be reached",
+	UnavailableLockTimeout:      "the database is locked (a migration or a long transaction)",
+	UnavailableStatementTimeout: "the database is too slow to answer",
+}
+
+// UnavailableReason classifies err as the database's inability to serve a
+// call, one of the Unavailable constants, or returns "" for any other
+// error. Those are not the caller's mistakes nor outbox's bugs: the same
+// call succeeds once the database recovers.
+func UnavailableReason(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == pgerrcode.TooManyConnections || pgErr.Code == pgerrcode.ConfigurationLimitExceeded:
+			return UnavailableConnections
+		case pgerrcode.IsInsufficientResources(pgErr.Code):
+			return UnavailableDiskFull
+		case pgErr.Code == pgerrcode.LockNotAvailable:
+			return UnavailableLockTimeout
+		case pgErr.Code == pgerrcode.QueryCanceled:
+			// statement_timeout; a cancel of the caller's own (its
+			// request gone) is answered to nobody.
+			return UnavailableStatementTimeout
+		case pgErr.Code == pgerrcode.AdminShutdown || pgErr.Code == pgerrcode.CrashShutdown ||
+			pgErr.Code == pgerrcode.CannotConnectNow || pgerrcode.IsConnectionException(pgErr.Code):
+			return UnavailableDown
+		}
+		return ""
+	}
+	var (
+		connectErr *pgconn.ConnectError
+		netErr     net.Error
+	)
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) {
+		return UnavailableDown
+	}
+	return ""
 }
 
 // statusOf is each caller's error code's HTTP status.
@@ -101,6 +182,13 @@ func From(err error, keyName string) Problem {
 	case errors.As(err, &pgErr) && RefusedData(pgErr):
 		return Problem{Status: http.StatusBadRequest, Code: outbox.CodeInvalidArgs, Field: "args",
 			Message: "refused by the database: " + pgErr.Message}
+	}
+	if reason := UnavailableReason(err); reason != "" {
+		// 503, never a 500 or a 201: the database could not store or read
+		// the intent, and the same call with the same key is safe to send
+		// again.
+		return Problem{Status: http.StatusServiceUnavailable, Code: outbox.CodeUnavailable, RetryAfter: RetryAfterUnavailable, Unavailable: reason,
+			Message: unavailableMessages[reason] + fmt.Sprintf("; send the same call, with the same %s, again in a few seconds", keyName)}
 	}
 	return Problem{Status: http.StatusInternalServerError, Code: outbox.CodeInternal, Message: InternalMessage, Internal: true}
 }

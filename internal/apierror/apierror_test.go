@@ -37,7 +37,12 @@ func TestFrom(t *testing.T) {
 		{"DataException", &pgconn.PgError{Code: "22003", Message: "value overflows numeric format"}, http.StatusBadRequest, outbox.CodeInvalidArgs, "args", false, "refused by the database"},
 		{"TooDeep", &pgconn.PgError{Code: "54001", Message: "stack depth limit exceeded"}, http.StatusBadRequest, outbox.CodeInvalidArgs, "args", false, ""},
 		{"ServerSide", errors.New("connection refused"), http.StatusInternalServerError, outbox.CodeInternal, "", true, "server's log"},
-		{"OtherDatabaseError", &pgconn.PgError{Code: "53300", Message: "too many connections"}, http.StatusInternalServerError, outbox.CodeInternal, "", true, ""},
+		{"OtherDatabaseError", &pgconn.PgError{Code: "42P01", Message: "relation does not exist"}, http.StatusInternalServerError, outbox.CodeInternal, "", true, ""},
+		{"TooManyConnections", &pgconn.PgError{Code: "53300", Message: "too many connections"}, http.StatusServiceUnavailable, outbox.CodeUnavailable, "", false, "no free connection"},
+		{"DiskFull", fmt.Errorf("error inserting intent: %w", &pgconn.PgError{Code: "53100", Message: "could not extend file"}), http.StatusServiceUnavailable, outbox.CodeUnavailable, "", false, "cannot write"},
+		{"LockTimeout", &pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"}, http.StatusServiceUnavailable, outbox.CodeUnavailable, "", false, "same Idempotency-Key"},
+		{"StatementTimeout", &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}, http.StatusServiceUnavailable, outbox.CodeUnavailable, "", false, "too slow"},
+		{"ShuttingDown", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}, http.StatusServiceUnavailable, outbox.CodeUnavailable, "", false, "cannot be reached"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +54,13 @@ func TestFrom(t *testing.T) {
 			require.Equal(t, tt.internal, p.Internal)
 			require.Contains(t, p.Message, tt.contains)
 			require.NotContains(t, p.Message, "connection refused", "a server-side cause never reaches the caller")
+			if tt.code == outbox.CodeUnavailable {
+				require.Equal(t, apierror.RetryAfterUnavailable, p.RetryAfter)
+				require.NotEmpty(t, p.Unavailable)
+			} else {
+				require.Zero(t, p.RetryAfter)
+				require.Empty(t, p.Unavailable)
+			}
 		})
 	}
 }

@@ -93,6 +93,7 @@ var commands = []struct {
 }{
 	{"serve", "run the dispatcher and the HTTP server", (*app).serve},
 	{"migrate", "apply, revert or inspect the database migrations", (*app).migrate},
+	{"recover", "after restoring a backup: mark the intents not ended as possibly sent", (*app).recover},
 	{"enqueue", "record an intent", (*app).enqueue},
 	{"intents", "list, show, cancel or resolve intents", (*app).intents},
 	{"mcp", "serve MCP (the agents' tools) on stdio", (*app).mcp},

@@ -114,6 +114,13 @@ type Config struct {
 	// HTTPAddr is serve's listen address. Defaults to 127.0.0.1:8080.
 	HTTPAddr string `env:"OUTBOX_HTTP_ADDR, default=127.0.0.1:8080" expect:"a listen address host:port such as 127.0.0.1:8080" help:"serve's listen address (port 0 picks a free port)"`
 
+	// LockTimeout is every database session's lock_timeout: how long one
+	// statement waits for a lock (a migration's, an operator's long
+	// transaction) before it fails, and the API answers 503 unavailable.
+	// 0 leaves the server's setting. Defaults to 10s
+	// (dbutil.LockTimeoutDefault).
+	LockTimeout time.Duration `env:"OUTBOX_LOCK_TIMEOUT, default=10s" expect:"a duration such as 10s, or 0 for the server's setting" help:"lock_timeout of every database session: a statement waiting longer for a lock fails (the API answers 503 unavailable)"`
+
 	// LogFormat is text or json. Defaults to text.
 	LogFormat string `env:"OUTBOX_LOG_FORMAT, default=text" expect:"text or json" help:"log format: text or json"`
 
@@ -176,6 +183,12 @@ type Config struct {
 
 	// Schema holds River's tables and outbox's. Defaults to outbox.
 	Schema string `env:"OUTBOX_SCHEMA, default=outbox" expect:"a schema name matching ^[a-z_][a-z0-9_]{0,39}$" help:"schema of River's tables and outbox's"`
+
+	// StatementTimeout is every database session's statement_timeout, so
+	// that a stuck database cannot hold a worker or a request forever. 0
+	// leaves the server's setting. Defaults to 30s
+	// (dbutil.StatementTimeoutDefault).
+	StatementTimeout time.Duration `env:"OUTBOX_STATEMENT_TIMEOUT, default=30s" expect:"a duration such as 30s, or 0 for the server's setting" help:"statement_timeout of every database session (not migrate's): a statement running longer fails (the API answers 503 unavailable)"`
 
 	// StripeKey is the Stripe secret key; setting it enables charge.
 	// Defaults to none.
@@ -362,6 +375,8 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		// A lock means nothing without the file whose upstreams it pins.
 		{"EffectsLock", c.EffectsLock == "" || (c.EffectsFile != "" && strings.HasSuffix(c.EffectsLock, ".lock"))},
 		{"HeartbeatInterval", c.HeartbeatInterval > 0},
+		{"LockTimeout", c.LockTimeout >= 0},
+		{"StatementTimeout", c.StatementTimeout >= 0},
 		{"HTTPAddr", validAddr(c.HTTPAddr)},
 		{"AdminAddr", c.AdminAddr == "" || validAddr(c.AdminAddr)},
 		{"TLSCertFile", c.TLSCertFile == "" || readableFile(c.TLSCertFile)},

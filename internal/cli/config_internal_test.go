@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects/charge"
 	"github.com/outbox-dev/outbox/effects/email"
+	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/migrations"
@@ -114,4 +115,12 @@ func TestLoadConfigNamesEveryBadVariable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The session timeouts' defaults are dbutil's constants, which the
+// variables' tags spell again for --help and go-envconfig.
+func TestSessionTimeoutDefaults(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, dbutil.StatementTimeoutDefault.String(), envDefault("StatementTimeout"))
+	require.Equal(t, dbutil.LockTimeoutDefault.String(), envDefault("LockTimeout"))
 }

@@ -8,12 +8,15 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-dev/outbox/internal/dbutil"
 )
 
 // connect opens a pool on cfg's database and checks that it answers.
-// maxConns of 0 keeps pgxpool's default. A tracer, when given, traces
-// every statement (serve's OUTBOX_TRACE_SQL).
+// maxConns of 0 keeps pgxpool's default. Tracers, when given, trace every
+// statement (serve's outbox_database_errors_total and OUTBOX_TRACE_SQL).
 func connect(ctx context.Context, cfg *Config, maxConns int32, tracer ...pgx.QueryTracer) (*pgxpool.Pool, error) {
 	if err := cfg.requireDatabaseURL(); err != nil {
 		return nil, err
@@ -22,8 +25,17 @@ func connect(ctx context.Context, cfg *Config, maxConns int32, tracer ...pgx.Que
 	if maxConns > 0 {
 		poolConfig.MaxConns = maxConns
 	}
-	if len(tracer) > 0 {
+	// Every statement outbox runs is bounded (docs/operations.md,
+	// "Running out"); migrations lift the bounds for their own session.
+	dbutil.SetSessionTimeouts(poolConfig.ConnConfig, cfg.StatementTimeout, cfg.LockTimeout)
+	switch len(tracer) {
+	case 0:
+	case 1:
 		poolConfig.ConnConfig.Tracer = tracer[0]
+	default:
+		// multitracer hands each tracer the calls of the interfaces it
+		// implements (batches, the pool's acquires).
+		poolConfig.ConnConfig.Tracer = multitracer.New(tracer...)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {

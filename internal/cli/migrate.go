@@ -81,7 +81,12 @@ func (a *app) migrator(ctx context.Context) (*migrations.Migrator, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := connect(ctx, cfg, 0)
+	// No session timeouts: River's migrations run on the pool's other
+	// connections, and an index built on a large table may take minutes
+	// (the Migrator lifts them on its own session in serve too).
+	noTimeouts := *cfg
+	noTimeouts.StatementTimeout, noTimeouts.LockTimeout = 0, 0
+	pool, err := connect(ctx, &noTimeouts, 0)
 	if err != nil {
 		return nil, nil, err
 	}

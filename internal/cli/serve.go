@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
+	"github.com/outbox-dev/outbox/internal/metrics"
 	"github.com/outbox-dev/outbox/migrations"
 )
 
@@ -47,6 +49,10 @@ OUTBOX_SANDBOX=true for the sandbox's noop effects). Stops gracefully on
 SIGINT or SIGTERM, letting running attempts finish within
 OUTBOX_EFFECT_TIMEOUT.`,
 }
+
+// databaseErrors is outbox_database_errors_total, the tracer of serve's
+// pool: one per process, as serve runs once in it.
+var databaseErrors = metrics.NewDatabaseErrors()
 
 // gaugeRefreshInterval overrides how often serve reads the database gauges,
 // in nanoseconds; 0 keeps the default. Tests shorten it (export_test.go), so
@@ -83,7 +89,10 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	}
 	defer stopTracing()
 
-	pool, err := connect(ctx, cfg, daemon.PoolSize(cfg.Workers), sqlTracer(tracerProvider, cfg)...)
+	// Every statement's and acquire's error is classified for
+	// outbox_database_errors_total (docs/operations.md, "Running out").
+	tracers := append([]pgx.QueryTracer{databaseErrors}, sqlTracer(tracerProvider, cfg)...)
+	pool, err := connect(ctx, cfg, daemon.PoolSize(cfg.Workers), tracers...)
 	if err != nil {
 		return err
 	}
@@ -165,7 +174,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		},
 		APITokens:     cfg.Tokens(),
 		ApprovalRules: cfg.ApprovalRules(),
-		Collectors:    []prometheus.Collector{declaredRuleErrors, upstreamCalls, upstreamDrift},
+		Collectors:    []prometheus.Collector{databaseErrors, declaredRuleErrors, upstreamCalls, upstreamDrift},
 		Console:       console.Config{UIPassword: cfg.UIPassword, UIUser: cfg.UIUser},
 		Dispatcher: dispatcher.Config{
 			ApprovalTTL:               cfg.ApprovalTTL,
@@ -202,6 +211,13 @@ func checkMigrations(ctx context.Context, cfg *Config, pool *pgxpool.Pool, logge
 	}
 	if st.UpToDate() {
 		return nil
+	}
+	if st.OutboxCurrent > st.OutboxLatest || st.RiverCurrent > st.RiverLatest {
+		// A newer release migrated the schema (docs/operations.md,
+		// "Upgrading"): this one does not know whether its migrations are
+		// safe for it, and refuses rather than guess.
+		return fmt.Errorf("schema %s is newer than this release (river %d, outbox %d; this release knows river %d, outbox %d): run the newer release, or migrate down with it first",
+			cfg.Schema, st.RiverCurrent, st.OutboxCurrent, st.RiverLatest, st.OutboxLatest)
 	}
 	if !cfg.AutoMigrate {
 		return fmt.Errorf("schema %s has pending migrations (river %d of %d, outbox %d of %d): run outboxd migrate up, or set OUTBOX_AUTO_MIGRATE=true",

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/sethvargo/go-envconfig"
 	"github.com/stretchr/testify/require"
 
@@ -208,6 +209,19 @@ func TestServeRefuses(t *testing.T) {
 		require.Contains(t, line, "outboxd: schema t_")
 		require.Contains(t, line, "has pending migrations")
 		require.Contains(t, line, "OUTBOX_AUTO_MIGRATE=true")
+	})
+
+	// A newer release migrated the schema, during a rolling upgrade or
+	// before a rollback: refused, saying so.
+	t.Run("NewerSchema", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		_, err := bundle.pool.Exec(context.Background(), `INSERT INTO `+pgx.Identifier{bundle.schema, "outbox_migration"}.Sanitize()+` (version, name) VALUES (999, 'from_the_future')`)
+		require.NoError(t, err)
+		res := runEnv(t, bundle.env, nil, "serve")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, lastLine(res.stderr), "is newer than this release")
+		require.Contains(t, lastLine(res.stderr), "outbox 999")
 	})
 
 	t.Run("NoEffect", func(t *testing.T) {

@@ -228,6 +228,9 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	}
 	apiConfig := c.API
 	apiConfig.AuthFailureFunc = d.metrics.authFailures.Inc
+	apiConfig.DatabaseUnavailableFunc = func(reason string) {
+		d.metrics.databaseUnavailable.WithLabelValues(reason).Inc()
+	}
 	apiConfig.PossibleDuplicateFunc = d.metrics.enqueues.ObservePossibleDuplicate
 	api, err := httpapi.New(pool, d.Client, &apiConfig)
 	if err != nil {

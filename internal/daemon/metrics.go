@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/outbox-dev/outbox/internal/apierror"
 	"github.com/outbox-dev/outbox/internal/metrics"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -26,9 +27,13 @@ type serveMetrics struct {
 	// authFailures is outbox_http_auth_failures_total: requests the API
 	// and /mcp refused for their token.
 	authFailures prometheus.Counter
-	enqueues     *metrics.Enqueues
-	gauges       *metrics.Gauges
-	registry     *prometheus.Registry
+	// databaseUnavailable is outbox_database_unavailable_total{reason}:
+	// API requests answered 503 because the database could not serve
+	// them (full, out of connections, locked, too slow, gone).
+	databaseUnavailable *prometheus.CounterVec
+	enqueues            *metrics.Enqueues
+	gauges              *metrics.Gauges
+	registry            *prometheus.Registry
 	// riverClientID is the dispatcher's River client ID, stored once the
 	// dispatcher exists (after the gauges start), for outbox_leader.
 	riverClientID atomic.Value
@@ -61,9 +66,19 @@ func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Du
 		Name: "outbox_approval_ttl_seconds",
 		Help: "How long an intent may await approval before it is cancelled (OUTBOX_APPROVAL_TTL).",
 	})
+	databaseUnavailable := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_database_unavailable_total",
+		Help: "HTTP API requests answered 503 unavailable because the database could not serve them, by reason (connections, disk_full, down, lock_timeout, statement_timeout).",
+	}, []string{"reason"})
+	// Every reason from the start, at 0, so that an alert's increase()
+	// sees the first refusal.
+	for _, reason := range apierror.UnavailableReasons {
+		databaseUnavailable.WithLabelValues(reason)
+	}
 	reg.MustRegister(
 		approvalTTL,
 		authFailures,
+		databaseUnavailable,
 		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -81,6 +96,7 @@ func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Du
 	}
 	sm.approvalTTL = approvalTTL
 	sm.authFailures = authFailures
+	sm.databaseUnavailable = databaseUnavailable
 	sm.enqueues = metrics.NewEnqueues(reg)
 	sm.gauges = gauges
 	sm.registry = reg

@@ -5,6 +5,8 @@ package dbutil
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -35,4 +37,34 @@ func WithTxV[T any](ctx context.Context, db Beginner, fn func(tx pgx.Tx) (T, err
 		return zero, fmt.Errorf("error committing transaction: %w", err)
 	}
 	return res, nil
+}
+
+// Defaults of the session timeouts serve sets on every connection
+// (OUTBOX_STATEMENT_TIMEOUT, OUTBOX_LOCK_TIMEOUT).
+const (
+	// StatementTimeoutDefault bounds any one statement: far above what
+	// outbox's statements take (milliseconds), so that only a database
+	// that is stuck (a full disk's retries, I/O stalls, a runaway plan)
+	// reaches it; a worker or a request then gets an error instead of
+	// waiting forever, and the connection goes back to the pool.
+	StatementTimeoutDefault = 30 * time.Second
+	// LockTimeoutDefault bounds a statement's wait for a lock: a migration
+	// or an operator's transaction holding the intent table makes
+	// enqueues fail with 503 unavailable after this, rather than pinning
+	// every worker and request behind it.
+	LockTimeoutDefault = 10 * time.Second
+)
+
+// SetSessionTimeouts makes every connection made with config start with
+// statement_timeout and lock_timeout (0 leaves the server's setting). They
+// are startup parameters, so they hold for the whole session, whatever
+// runs on it (River's own queries included); a transaction may still
+// change them for itself with SET LOCAL.
+func SetSessionTimeouts(config *pgx.ConnConfig, statement, lock time.Duration) {
+	if statement > 0 {
+		config.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, statement.Milliseconds()), 10)
+	}
+	if lock > 0 {
+		config.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(1, lock.Milliseconds()), 10)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/outbox-dev/outbox/internal/apierror"
 )
@@ -17,6 +18,9 @@ type apiError struct {
 	message    string
 	retryAfter int // seconds, sent as Retry-After when positive
 	status     int
+	// unavailable is why the database could not serve the request, for
+	// code unavailable.
+	unavailable string
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.message) }
@@ -42,7 +46,8 @@ func toAPIError(err error) (*apiError, bool) {
 		return ae, true
 	}
 	p := apierror.From(err, "Idempotency-Key")
-	return &apiError{status: p.Status, code: p.Code, field: p.Field, message: p.Message}, !p.Internal
+	return &apiError{status: p.Status, code: p.Code, field: p.Field, message: p.Message,
+		retryAfter: int((p.RetryAfter + time.Second - 1) / time.Second), unavailable: p.Unavailable}, !p.Internal
 }
 
 // writeError answers err. A server-side error is logged, with the route's
@@ -56,6 +61,17 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 			return
 		}
 		h.logger.ErrorContext(r.Context(), "API request failed", "method", r.Method, "route", r.Pattern, "error", err)
+	}
+	if ae.unavailable != "" {
+		if h.unavailableFunc != nil {
+			h.unavailableFunc(ae.unavailable)
+		}
+		// Once a second at most: during an outage every request fails
+		// alike, and the metric counts them all.
+		now := time.Now().UnixNano()
+		if last := h.unavailableLogged.Load(); now-last >= int64(time.Second) && h.unavailableLogged.CompareAndSwap(last, now) {
+			h.logger.WarnContext(r.Context(), "API request refused: the database cannot serve it", "route", r.Pattern, "reason", ae.unavailable, "error", err)
+		}
 	}
 	if ae.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox"`)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,6 +45,12 @@ type Config struct {
 	// AutoKeyWindow is the window of /mcp's automatic key (see
 	// mcpserver.Config). Defaults to keyguard.WindowDefault.
 	AutoKeyWindow time.Duration
+
+	// DatabaseUnavailableFunc, when set, is called with the reason
+	// (apierror's Unavailable constants) of each request answered 503
+	// unavailable because the database could not serve it, for
+	// outbox_database_unavailable_total. Defaults to nil.
+	DatabaseUnavailableFunc func(reason string)
 
 	// Logger receives the handler's diagnostics: server-side failures, never
 	// tokens, keys, arguments or bodies. Defaults to a logger that discards.
@@ -111,11 +118,15 @@ type Handler struct {
 	authFailureFunc func()
 	authLogMu       sync.Mutex
 	authLogged      map[string]time.Time
-	logger          *slog.Logger
-	mcpServers      map[string]*mcp.Server
-	migrator        *migrations.Migrator
-	pool            *pgxpool.Pool
-	tokens          []access.Token
+	// unavailableFunc and unavailableLogged count and log the requests
+	// the database could not serve (writeError).
+	unavailableFunc   func(reason string)
+	unavailableLogged atomic.Int64
+	logger            *slog.Logger
+	mcpServers        map[string]*mcp.Server
+	migrator          *migrations.Migrator
+	pool              *pgxpool.Pool
+	tokens            []access.Token
 	// waits are the namespaces' shares of MaxWaits.
 	waits    map[string]chan struct{}
 	guard    *keyguard.Guard
@@ -179,6 +190,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 		client:           client,
 		defaultNamespace: outbox.NamespaceDefault,
 		authFailureFunc:  config.AuthFailureFunc,
+		unavailableFunc:  config.DatabaseUnavailableFunc,
 		authLogged:       map[string]time.Time{},
 		limits:           &limiters{limit: config.RateLimit, byKey: map[string]*rate.Limiter{}},
 		logger:           config.Logger,

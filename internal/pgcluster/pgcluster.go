@@ -74,6 +74,13 @@ type Config struct {
 	// Defaults to false.
 	CrashSafe bool
 
+	// Settings are more server settings, "name=value" each, given on the
+	// command line after the defaults (so they win): a small
+	// max_connections, WAL archiving. Values are quoted for the shell.
+	//
+	// Defaults to none.
+	Settings []string
+
 	// Logger receives messages about the cluster's lifecycle.
 	//
 	// Defaults to a logger that discards everything.
@@ -90,6 +97,7 @@ type Cluster struct {
 	url     string
 
 	crashSafe bool
+	settings  []string
 
 	// credential is the user to run PostgreSQL binaries as, or nil to run
 	// them as the current user.
@@ -144,6 +152,7 @@ func Start(ctx context.Context, config *Config) (*Cluster, error) {
 		dir:        dir,
 		logger:     logger,
 		crashSafe:  config.CrashSafe,
+		settings:   config.Settings,
 	}
 
 	if err := cluster.start(ctx); err != nil {
@@ -229,6 +238,9 @@ func (c *Cluster) startServer(ctx context.Context, port int) error {
 		// listeners and per-test connections.
 		"-c", "max_connections=300",
 	}, " ")
+	for _, setting := range c.settings {
+		serverOptions += " -c " + shellQuote(setting)
+	}
 
 	// The server log (-l) also matters for another reason: without it the
 	// server would inherit pg_ctl's stdout and stderr, and CombinedOutput

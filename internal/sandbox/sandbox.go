@@ -99,6 +99,11 @@ type standIn struct {
 	released    map[string]chan struct{}
 	requests    int
 	requestsBy  map[string]int
+	// throttledUntil is when Throttle's 429s end.
+	throttledUntil time.Time
+	// hangingNow counts the requests hanging for a fault at this moment,
+	// by key (hung counts every one ever).
+	hangingNow map[string]int
 }
 
 func newStandIn(name string, logger *slog.Logger) *standIn {
@@ -112,6 +117,7 @@ func newStandIn(name string, logger *slog.Logger) *standIn {
 		effectsBy:   map[string]int{},
 		faultsBy:    map[string][]Fault{},
 		hung:        map[string]int{},
+		hangingNow:  map[string]int{},
 		hungChanged: make(chan struct{}),
 		released:    map[string]chan struct{}{},
 		requestsBy:  map[string]int{},
@@ -170,6 +176,16 @@ func (s *standIn) Misbehave(faults ...Fault) {
 	s.faults = append(s.faults, faults...)
 }
 
+// Throttle makes every effect request until d from now meet
+// FaultTooManyRequests (429 with Retry-After, SMTP 421), after the faults
+// queued for its key, as a provider does that throttles an account for
+// minutes; Throttle(0) lifts it.
+func (s *standIn) Throttle(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.throttledUntil = time.Now().Add(d)
+}
+
 // MisbehaveFor queues faults for the effect requests with key only, ahead
 // of those queued by Misbehave: so that concurrent tests sharing a stand-in
 // each get their own.
@@ -207,6 +223,20 @@ func (s *standIn) RequestsFor(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.requestsBy[key]
+}
+
+// HangingNow returns the keys of the requests hanging for a fault
+// (FaultHangBefore, FaultHangAfter) at this moment, "" for a request whose
+// key the stand-in does not know yet: a test times a kill of the client to
+// a call in flight with it.
+func (s *standIn) HangingNow() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.hangingNow))
+	for k := range s.hangingNow {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // WaitHanging waits until a request with key (any request when key is "")
@@ -267,6 +297,8 @@ func (s *standIn) nextFault(key string, anyToo bool) (Fault, bool) {
 	case anyToo && len(s.faults) > 0:
 		f = s.faults[0]
 		s.faults = s.faults[1:]
+	case anyToo && time.Now().Before(s.throttledUntil):
+		f = Fault{Kind: FaultTooManyRequests}
 	default:
 		return Fault{}, false
 	}
@@ -284,10 +316,18 @@ func (s *standIn) hang(key string, gone <-chan struct{}, max time.Duration, noti
 		if key != "" {
 			s.hung[""]++
 		}
+		s.hangingNow[key]++
 		close(s.hungChanged)
 		s.hungChanged = make(chan struct{})
 		s.mu.Unlock()
 		s.logger.Info("sandbox provider hanging", slog.String("provider", s.name))
+		defer func() {
+			s.mu.Lock()
+			if s.hangingNow[key]--; s.hangingNow[key] <= 0 {
+				delete(s.hangingNow, key)
+			}
+			s.mu.Unlock()
+		}()
 	}
 	timer := time.NewTimer(max)
 	defer timer.Stop()

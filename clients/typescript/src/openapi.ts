@@ -354,6 +354,17 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description unavailable - the database cannot store or read intents now (full, out of connections, locked, too slow, unreachable); send the same call, with the same Idempotency-Key, again after Retry-After. Any route may answer it. */
+        Unavailable: {
+            headers: {
+                /** @description Seconds to wait before sending the call again. */
+                "Retry-After"?: string;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description unsupported_media_type - the body was declared as something other than JSON (send Content-Type application/json, or none). */
         UnsupportedMediaType: {
             headers: {
@@ -533,6 +544,7 @@ export interface operations {
                 };
             };
             500: components["responses"]["Error"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getIntent: {
