@@ -81,10 +81,12 @@ func TestRunSmall(t *testing.T) {
 			// outcome).
 			intent := r.Cost.Tables["outbox_intent"]
 			require.NotNil(t, intent, k.Name)
-			// PostgreSQL counts a speculative insert that met a concurrent
-			// duplicate (the re-submits) as inserted: up to a tenth more.
+			// PostgreSQL's n_tup_ins also counts the inserts of
+			// transactions that rolled back and the speculative inserts
+			// that met a concurrent duplicate (the re-submits): more than
+			// one, never twice.
 			require.GreaterOrEqual(t, intent.InsertsPerAction, 0.99, k.Name)
-			require.LessOrEqual(t, intent.InsertsPerAction, 1.11, k.Name)
+			require.Less(t, intent.InsertsPerAction, 1.5, k.Name)
 			require.GreaterOrEqual(t, intent.UpdatesPerAction, 1.0, k.Name)
 		}
 	}
