@@ -274,6 +274,56 @@ func TestDrain(t *testing.T) {
 		require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
 	})
 
+	// A transaction that stays open holds back its own intents, not those
+	// committed after it began; they are found once it commits.
+	t.Run("LongTransactionHoldsBackOnlyItsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		long, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = long.Rollback(context.WithoutCancel(ctx)) })
+		_, err = b.client.EnqueueTx(ctx, long, &outbox.EnqueueParams{Key: "long", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		b.enqueueN(t, 5, "noop", map[string]any{})
+
+		d := b.dispatcher(t, &Config{DisableBatchFirstAttempts: true})
+		c, err := d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 5, c)
+		require.NoError(t, long.Commit(ctx))
+		c, err = d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, c)
+		b.requireOneJobEach(t, 6, 6)
+	})
+
+	// A new intent that another transaction holds locked is not waited
+	// for (the stream would wait behind it): it is queued, and dispatched
+	// once free.
+	t.Run("LockedIntentIsQueuedNotWaitedFor", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.enqueueN(t, 3, "noop", map[string]any{})
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+		_, err = tx.Exec(ctx, `SELECT 1 FROM `+b.table("outbox_intent")+` WHERE key = 'k00001' FOR UPDATE`)
+		require.NoError(t, err)
+
+		d := b.dispatcher(t, &Config{DisableBatchFirstAttempts: true})
+		c, err := d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, c)
+		require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_dispatch_queue")))
+
+		require.NoError(t, tx.Rollback(ctx))
+		c, err = d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, c)
+		b.requireOneJobEach(t, 3, 3)
+		require.Zero(t, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_dispatch_queue")))
+	})
+
 	t.Run("ReplicaWithoutAnEffectLeavesItsIntents", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -26,11 +26,9 @@ func (q *Queries) renderDrain(r func(string) string) {
 	// xmax), which cur sees committed, past the last one handed over. Two
 	// scans merged, each stopping at the batch's size: one range from the
 	// lowest running txid would read every intent committed since a long
-	// transaction began, at every drain. Every intent of the stream is
-	// locked, not only those still undispatched: a lock waits for an
-	// approval, a cancel or a drain of the queue (or of an older version)
-	// that holds it, and then reads its newest version, so an intent that
-	// became dispatched or ended meanwhile is seen as such.
+	// transaction began, at every drain. Read without locks: the drain
+	// that holds the offset is the only one reading the stream, and the
+	// intents it will dispatch are locked next (sqlDrainLock).
 	q.sqlDrainStream = r(`WITH next AS (
 			(SELECT id FROM {{schema}}.outbox_intent
 			WHERE txid = ANY(ARRAY(SELECT pg_snapshot_xip($2::pg_snapshot)))
@@ -52,8 +50,17 @@ func (q *Queries) renderDrain(r func(string) string) {
 		FROM {{schema}}.outbox_intent
 		WHERE id IN (SELECT id FROM next)
 		ORDER BY txid, id
-		LIMIT $1
-		FOR UPDATE`)
+		LIMIT $1`)
+	// The stream's intents to dispatch, locked and read again in their
+	// newest version: one that an approval, a cancel, or a drain of the
+	// queue (or of an older release) dispatched or ended meanwhile is
+	// left out. SKIP LOCKED: one that another transaction holds is not
+	// waited for (a long one would hold up the whole stream), the drain
+	// queues it instead, to be taken, or found settled, from the queue.
+	q.sqlDrainLock = r(`SELECT id FROM {{schema}}.outbox_intent
+		WHERE id = ANY($1::bigint[]) AND state = 'pending' AND job_id IS NULL
+		ORDER BY id
+		FOR UPDATE SKIP LOCKED`)
 	// The queue: intents undispatched after their insert (the trigger of
 	// 014) and those of effects another replica runs. SKIP LOCKED lets
 	// another drain take the next ones instead of waiting. A drain takes
@@ -123,7 +130,7 @@ type DrainOffset struct {
 	Fresh bool
 }
 
-// StreamIntent is an intent of the stream, locked.
+// StreamIntent is an intent of the stream, as read without a lock.
 type StreamIntent struct {
 	Undispatched
 	TxID string
@@ -158,8 +165,9 @@ func (q *Queries) LockDrainOffset(ctx context.Context, tx Querier) (*DrainOffset
 	return &o, nil
 }
 
-// SelectStream locks up to limit intents of the stream past off, in
-// (txid, id) order. tx must hold off (LockDrainOffset).
+// SelectStream reads up to limit intents of the stream past off, in
+// (txid, id) order, without locking them. tx must hold off
+// (LockDrainOffset).
 func (q *Queries) SelectStream(ctx context.Context, tx Querier, off *DrainOffset, limit int) ([]StreamIntent, error) {
 	rows, _ := tx.Query(ctx, q.sqlDrainStream, limit, off.Prev, off.Cur, off.TxID, off.ID)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (StreamIntent, error) {
@@ -167,6 +175,22 @@ func (q *Queries) SelectStream(ctx context.Context, tx Querier, off *DrainOffset
 		err := row.Scan(&s.ID, &s.Namespace, &s.Effect, &s.Args, &s.TxID, &s.Pending)
 		return s, err
 	})
+}
+
+// LockUndispatched locks those of ids that are still pending without a
+// job and that no other transaction holds, and returns them.
+func (q *Queries) LockUndispatched(ctx context.Context, tx Querier, ids []int64) (map[int64]bool, error) {
+	out := make(map[int64]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var id int64
+	rows, _ := tx.Query(ctx, q.sqlDrainLock, ids)
+	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		out[id] = true
+		return nil
+	})
+	return out, err
 }
 
 // SelectQueued locks up to limit queued intents of effects, skipping those

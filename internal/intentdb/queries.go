@@ -12,19 +12,20 @@ import (
 type Queries struct {
 	schema string
 
-	sqlEnqueueManyFast, sqlEnqueueManyNew                                                                string
-	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve                  string
-	sqlSetOrigin                                                                                         string
-	sqlDrainCommit, sqlDrainFailInvalid, sqlDrainOffset, sqlDrainQueue, sqlDrainSnapshot, sqlDrainStream string
-	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                                string
-	sqlCountByState, sqlCreatedAt, sqlPrune                                                              string
-	sqlRedispatch, sqlStranded, sqlUnserved                                                              string
-	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                              string
-	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced            string
-	sqlRulesDelete, sqlRulesInsert, sqlRules                                                             string
-	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                            string
-	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                                    string
-	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                                       string
+	sqlEnqueueManyFast, sqlEnqueueManyNew                                                     string
+	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
+	sqlSetOrigin                                                                              string
+	sqlDrainCommit, sqlDrainFailInvalid, sqlDrainLock, sqlDrainOffset, sqlDrainQueue          string
+	sqlDrainSnapshot, sqlDrainStream                                                          string
+	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
+	sqlCountByState, sqlCreatedAt, sqlPrune                                                   string
+	sqlRedispatch, sqlStranded, sqlUnserved                                                   string
+	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                   string
+	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
+	sqlRulesDelete, sqlRulesInsert, sqlRules                                                  string
+	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                 string
+	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                         string
+	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
 }
 
 // New returns the statements of schema, rendered once.
