@@ -14,7 +14,7 @@ type Queries struct {
 
 	sqlEnqueueManyFast, sqlEnqueueManyNew                                                     string
 	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
-	sqlSetOrigin                                                                              string
+	sqlSetOrigin, sqlListAwaiting, sqlListUnknown                                             string
 	sqlDrainCommit, sqlDrainFailInvalid, sqlDrainLock, sqlDrainOffset, sqlDrainQueue          string
 	sqlDrainSnapshot, sqlDrainStream                                                          string
 	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
@@ -91,7 +91,14 @@ func (q *Queries) List(ctx context.Context, db Querier, p *ListParams) ([]*Row, 
 	if states == nil {
 		states = []string{}
 	}
-	rows, _ := db.Query(ctx, q.sqlList, p.Namespace, states, p.Effect, p.BeforeID, p.Limit)
+	sql := q.sqlList
+	switch {
+	case len(states) == 1 && states[0] == "unknown":
+		sql = q.sqlListUnknown
+	case len(states) == 1 && states[0] == "awaiting_approval":
+		sql = q.sqlListAwaiting
+	}
+	rows, _ := db.Query(ctx, sql, p.Namespace, states, p.Effect, p.BeforeID, p.Limit)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Row, error) {
 		var kind *string
 		r, err := scanRow(row, &kind)
