@@ -297,6 +297,28 @@ func TestDrain(t *testing.T) {
 		b.requireOneJobEach(t, 6, 6)
 	})
 
+	// A drain stopped mid-transaction (its process paused) holds the
+	// stream's offset until the server ends its idle transaction
+	// (intentdb.DrainIdleTimeout); then the others go on.
+	t.Run("StalledDrainReleasesTheStream", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stalled, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = stalled.Rollback(context.WithoutCancel(ctx)) })
+		_, err = intentdb.New(b.schema).LockDrainOffset(ctx, stalled)
+		require.NoError(t, err)
+		b.enqueueN(t, 3, "noop", map[string]any{})
+
+		waitCtx, cancel := context.WithTimeout(ctx, intentdb.DrainIdleTimeout+30*time.Second)
+		defer cancel()
+		c, err := b.dispatcher(t, &Config{DisableBatchFirstAttempts: true}).Drain(waitCtx)
+		require.NoError(t, err)
+		require.Equal(t, 3, c)
+		require.Error(t, stalled.Commit(ctx), "the server ended the stalled transaction")
+		b.requireOneJobEach(t, 3, 3)
+	})
+
 	// A new intent that another transaction holds locked is not waited
 	// for (the stream would wait behind it): it is queued, and dispatched
 	// once free.

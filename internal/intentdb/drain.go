@@ -3,6 +3,8 @@ package intentdb
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,7 +16,15 @@ func (q *Queries) renderDrain(r func(string) string) {
 	// time from the last one handed over. The stream is read by one drain
 	// at a time: it locks the offset for its transaction, and another
 	// waits for that transaction to end, then reads the offset it left.
-	q.sqlDrainOffset = r(`SELECT prev::text, coalesce(cur::text, ''), txid::text, id
+	//
+	// A drain whose process stops mid-transaction (SIGSTOP, a debugger, a
+	// VM paused) would hold the stream for everyone: its transaction, idle
+	// for longer than DrainIdleTimeout, is ended by the server, which
+	// closes its session and releases the lock. A drain's transaction is
+	// never idle for more than a few milliseconds otherwise (River's
+	// insert is planned in Go between two statements).
+	q.sqlDrainOffset = r(`SELECT prev::text, coalesce(cur::text, ''), txid::text, id,
+			set_config('idle_in_transaction_session_timeout', '` + strconv.Itoa(int(DrainIdleTimeout.Milliseconds())) + `', true)
 		FROM {{schema}}.outbox_drain_offset FOR UPDATE`)
 	// The new snapshot is taken by a statement of its own, after the lock:
 	// in READ COMMITTED a statement's snapshot is taken when it starts, so
@@ -115,6 +125,11 @@ type Undispatched struct {
 	Args      json.RawMessage
 }
 
+// DrainIdleTimeout is how long a drain's transaction, which holds the
+// stream's offset, may stay idle before the server ends it (see
+// LockDrainOffset).
+const DrainIdleTimeout = 5 * time.Second
+
 // DrainOffset is the stream's position (see migration 014).
 type DrainOffset struct {
 	// Prev is the snapshot up to which every intent was handed over.
@@ -153,7 +168,7 @@ type QueuedIntent struct {
 // the one before.
 func (q *Queries) LockDrainOffset(ctx context.Context, tx Querier) (*DrainOffset, error) {
 	var o DrainOffset
-	if err := tx.QueryRow(ctx, q.sqlDrainOffset).Scan(&o.Prev, &o.Cur, &o.TxID, &o.ID); err != nil {
+	if err := tx.QueryRow(ctx, q.sqlDrainOffset).Scan(&o.Prev, &o.Cur, &o.TxID, &o.ID, nil); err != nil {
 		return nil, err
 	}
 	if o.Cur == "" {
