@@ -274,6 +274,78 @@ func TestDrain(t *testing.T) {
 		require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("river_job")))
 	})
 
+	// A transaction that stays open holds back its own intents, not those
+	// committed after it began; they are found once it commits.
+	t.Run("LongTransactionHoldsBackOnlyItsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		long, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = long.Rollback(context.WithoutCancel(ctx)) })
+		_, err = b.client.EnqueueTx(ctx, long, &outbox.EnqueueParams{Key: "long", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		b.enqueueN(t, 5, "noop", map[string]any{})
+
+		d := b.dispatcher(t, &Config{DisableBatchFirstAttempts: true})
+		c, err := d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 5, c)
+		require.NoError(t, long.Commit(ctx))
+		c, err = d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, c)
+		b.requireOneJobEach(t, 6, 6)
+	})
+
+	// A drain stopped mid-transaction (its process paused) holds the
+	// stream's offset until the server ends its idle transaction
+	// (intentdb.DrainIdleTimeout); then the others go on.
+	t.Run("StalledDrainReleasesTheStream", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stalled, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = stalled.Rollback(context.WithoutCancel(ctx)) })
+		_, err = intentdb.New(b.schema).LockDrainOffset(ctx, stalled)
+		require.NoError(t, err)
+		b.enqueueN(t, 3, "noop", map[string]any{})
+
+		waitCtx, cancel := context.WithTimeout(ctx, intentdb.DrainIdleTimeout+30*time.Second)
+		defer cancel()
+		c, err := b.dispatcher(t, &Config{DisableBatchFirstAttempts: true}).Drain(waitCtx)
+		require.NoError(t, err)
+		require.Equal(t, 3, c)
+		require.Error(t, stalled.Commit(ctx), "the server ended the stalled transaction")
+		b.requireOneJobEach(t, 3, 3)
+	})
+
+	// A new intent that another transaction holds locked is not waited
+	// for (the stream would wait behind it): it is queued, and dispatched
+	// once free.
+	t.Run("LockedIntentIsQueuedNotWaitedFor", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.enqueueN(t, 3, "noop", map[string]any{})
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+		_, err = tx.Exec(ctx, `SELECT 1 FROM `+b.table("outbox_intent")+` WHERE key = 'k00001' FOR UPDATE`)
+		require.NoError(t, err)
+
+		d := b.dispatcher(t, &Config{DisableBatchFirstAttempts: true})
+		c, err := d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, c)
+		require.Equal(t, 1, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_dispatch_queue")))
+
+		require.NoError(t, tx.Rollback(ctx))
+		c, err = d.Drain(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, c)
+		b.requireOneJobEach(t, 3, 3)
+		require.Zero(t, b.scalar(t, `SELECT count(*) FROM `+b.table("outbox_dispatch_queue")))
+	})
+
 	t.Run("ReplicaWithoutAnEffectLeavesItsIntents", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -71,12 +71,12 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	// The intents read stay locked until this transaction commits their
-	// jobs and marks, and the stream's offset with them, so no other
+	// The intents dispatched stay locked until this transaction commits
+	// their jobs and marks, and the stream's offset with them, so no other
 	// drain can dispatch them twice: the stream is read by one drain at a
 	// time (its offset is locked for this transaction; another drain waits
 	// for it, a few milliseconds), and an intent that is in the queue as
-	// well is locked by whichever drain reads it first, the other finding
+	// well is locked by whichever drain takes it first, the other finding
 	// it dispatched.
 	off, err := d.queries.LockDrainOffset(ctx, tx)
 	if err != nil {
@@ -100,6 +100,7 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 		last := stream[len(stream)-1]
 		commit.Offset = &intentdb.DrainOffset{Prev: off.Prev, Cur: off.Cur, TxID: last.TxID, ID: last.ID}
 	}
+	var mine []int64
 	for _, s := range stream {
 		switch {
 		case !s.Pending:
@@ -110,8 +111,22 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 			// drain reads for the effects it runs.
 			commit.Queue = append(commit.Queue, s.ID)
 		default:
+			mine = append(mine, s.ID)
+		}
+	}
+	locked, err := d.queries.LockUndispatched(ctx, tx, mine)
+	if err != nil {
+		return 0, 0, fmt.Errorf("error locking new intents: %w", err)
+	}
+	for _, s := range stream {
+		switch {
+		case locked[s.ID]:
 			batch = append(batch, s.Undispatched)
 			taken[s.ID] = true
+		case s.Pending && d.runs(s.Effect):
+			// Held by another transaction, or settled since the read:
+			// the queue takes it, or finds it settled.
+			commit.Queue = append(commit.Queue, s.ID)
 		}
 	}
 	queued, err := d.queries.SelectQueued(ctx, tx, d.effects.Names(), d.batchSize)

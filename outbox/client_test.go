@@ -594,6 +594,46 @@ func TestListGetCancelResolve(t *testing.T) {
 		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
 	})
 
+	// The rare states are listed from where only they are (migration 014:
+	// the unknown intents' table, kept by a trigger; the intents that
+	// awaited approval): an intent is listed while it is in the state, and
+	// no longer once it leaves it.
+	t.Run("ListRareStates", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, k := range []string{"a", "b", "c"} {
+			_, err := b.enqueue(t, &outbox.EnqueueParams{Key: k, Effect: "noop", Args: map[string]any{}})
+			require.NoError(t, err)
+		}
+		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "held", Effect: "noop", Args: map[string]any{}, RequireApproval: true})
+		require.NoError(t, err)
+		table := pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()
+		_, err = b.pool.Exec(ctx, "UPDATE "+table+" SET state = 'unknown', maybe_sent = true, completed_at = now() WHERE key IN ('a', 'b')")
+		require.NoError(t, err)
+		keys := func(state outbox.State) []string {
+			list, err := b.client.List(ctx, &outbox.ListParams{States: []outbox.State{state}})
+			require.NoError(t, err)
+			var out []string
+			for _, i := range list.Intents {
+				require.Equal(t, state, i.State)
+				out = append(out, i.Key)
+			}
+			return out
+		}
+		require.Equal(t, []string{"b", "a"}, keys(outbox.StateUnknown))
+		require.Equal(t, []string{"held"}, keys(outbox.StateAwaitingApproval))
+
+		_, err = b.client.Resolve(ctx, &outbox.ResolveParams{Key: "a", Outcome: outbox.OutcomeFailed, Note: "checked"})
+		require.NoError(t, err)
+		require.Equal(t, []string{"b"}, keys(outbox.StateUnknown))
+		_, err = b.pool.Exec(ctx, "UPDATE "+table+" SET state = 'pending' WHERE key = 'held'")
+		require.NoError(t, err)
+		require.Empty(t, keys(outbox.StateAwaitingApproval))
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent_unknown"}.Sanitize()).Scan(&n))
+		require.Equal(t, 1, n, "the resolved intent left the unknown ones' table")
+	})
+
 	t.Run("Cancel", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -81,6 +81,11 @@ func growthOne(ctx context.Context, pool *pgxpool.Pool, n int, cfg *Config) (*Gr
 		FROM generate_series(1, $1::bigint) g, LATERAL (SELECT now() - (g::float8 / $1) * interval '8 days' AS c) t`, n); err != nil {
 		return nil, fmt.Errorf("error filling the table: %w", err)
 	}
+	// Terminal intents were handed over long ago: the drain's stream
+	// starts after them, as it would have.
+	if _, err := pool.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "outbox_drain_offset"}.Sanitize()+` SET prev = pg_current_snapshot(), cur = NULL`); err != nil {
+		return nil, err
+	}
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
 		return nil, err
 	}

@@ -17,16 +17,18 @@ import (
 // namespace at once for the River UI user, key prefixes, creation times,
 // counts, River's jobs); every change goes through outbox.Client instead.
 type queries struct {
-	pool   *pgxpool.Pool
-	intent string // the quoted intent table
-	job    string // the quoted River job table
+	pool    *pgxpool.Pool
+	intent  string // the quoted intent table
+	job     string // the quoted River job table
+	unknown string // the quoted table of the unknown intents' ids
 }
 
 func newQueries(pool *pgxpool.Pool, schema string) *queries {
 	return &queries{
-		pool:   pool,
-		intent: pgx.Identifier{schema, "outbox_intent"}.Sanitize(),
-		job:    pgx.Identifier{schema, "river_job"}.Sanitize(),
+		pool:    pool,
+		intent:  pgx.Identifier{schema, "outbox_intent"}.Sanitize(),
+		job:     pgx.Identifier{schema, "river_job"}.Sanitize(),
+		unknown: pgx.Identifier{schema, "outbox_intent_unknown"}.Sanitize(),
 	}
 }
 
@@ -114,8 +116,17 @@ func (q *queries) pendingMatching(ctx context.Context, f *filter, limit int) ([]
 // inState returns up to limit intents of namespace ("" for all) in state,
 // oldest first: the unknown queue and the approvals.
 func (q *queries) inState(ctx context.Context, namespace string, state outbox.State, limit int) ([]*row, error) {
+	// Found where only the rare states are (no index holds the state:
+	// migration 015): the unknown intents' table, the approval_rule index.
+	only := ""
+	switch state {
+	case outbox.StateUnknown:
+		only = `id IN (SELECT id FROM ` + q.unknown + `) AND `
+	case outbox.StateAwaitingApproval:
+		only = `approval_rule IS NOT NULL AND `
+	}
 	rows, err := q.pool.Query(ctx, `SELECT `+rowColumns+` FROM `+q.intent+`
-		WHERE ($1::text = '' OR namespace = $1::text) AND state = $2 ORDER BY id LIMIT $3`, namespace, string(state), limit)
+		WHERE `+only+`($1::text = '' OR namespace = $1::text) AND state = $2 ORDER BY id LIMIT $3`, namespace, string(state), limit)
 	if err != nil {
 		return nil, fmt.Errorf("error listing %s intents: %w", state, err)
 	}

@@ -3,6 +3,8 @@ package intentdb
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,7 +16,15 @@ func (q *Queries) renderDrain(r func(string) string) {
 	// time from the last one handed over. The stream is read by one drain
 	// at a time: it locks the offset for its transaction, and another
 	// waits for that transaction to end, then reads the offset it left.
-	q.sqlDrainOffset = r(`SELECT prev::text, coalesce(cur::text, ''), txid::text, id
+	//
+	// A drain whose process stops mid-transaction (SIGSTOP, a debugger, a
+	// VM paused) would hold the stream for everyone: its transaction, idle
+	// for longer than DrainIdleTimeout, is ended by the server, which
+	// closes its session and releases the lock. A drain's transaction is
+	// never idle for more than a few milliseconds otherwise (River's
+	// insert is planned in Go between two statements).
+	q.sqlDrainOffset = r(`SELECT prev::text, coalesce(cur::text, ''), txid::text, id,
+			set_config('idle_in_transaction_session_timeout', '` + strconv.Itoa(int(DrainIdleTimeout.Milliseconds())) + `', true)
 		FROM {{schema}}.outbox_drain_offset FOR UPDATE`)
 	// The new snapshot is taken by a statement of its own, after the lock:
 	// in READ COMMITTED a statement's snapshot is taken when it starts, so
@@ -26,11 +36,9 @@ func (q *Queries) renderDrain(r func(string) string) {
 	// xmax), which cur sees committed, past the last one handed over. Two
 	// scans merged, each stopping at the batch's size: one range from the
 	// lowest running txid would read every intent committed since a long
-	// transaction began, at every drain. Every intent of the stream is
-	// locked, not only those still undispatched: a lock waits for an
-	// approval, a cancel or a drain of the queue (or of an older version)
-	// that holds it, and then reads its newest version, so an intent that
-	// became dispatched or ended meanwhile is seen as such.
+	// transaction began, at every drain. Read without locks: the drain
+	// that holds the offset is the only one reading the stream, and the
+	// intents it will dispatch are locked next (sqlDrainLock).
 	q.sqlDrainStream = r(`WITH next AS (
 			(SELECT id FROM {{schema}}.outbox_intent
 			WHERE txid = ANY(ARRAY(SELECT pg_snapshot_xip($2::pg_snapshot)))
@@ -52,8 +60,17 @@ func (q *Queries) renderDrain(r func(string) string) {
 		FROM {{schema}}.outbox_intent
 		WHERE id IN (SELECT id FROM next)
 		ORDER BY txid, id
-		LIMIT $1
-		FOR UPDATE`)
+		LIMIT $1`)
+	// The stream's intents to dispatch, locked and read again in their
+	// newest version: one that an approval, a cancel, or a drain of the
+	// queue (or of an older release) dispatched or ended meanwhile is
+	// left out. SKIP LOCKED: one that another transaction holds is not
+	// waited for (a long one would hold up the whole stream), the drain
+	// queues it instead, to be taken, or found settled, from the queue.
+	q.sqlDrainLock = r(`SELECT id FROM {{schema}}.outbox_intent
+		WHERE id = ANY($1::bigint[]) AND state = 'pending' AND job_id IS NULL
+		ORDER BY id
+		FOR UPDATE SKIP LOCKED`)
 	// The queue: intents undispatched after their insert (the trigger of
 	// 014) and those of effects another replica runs. SKIP LOCKED lets
 	// another drain take the next ones instead of waiting. A drain takes
@@ -108,6 +125,11 @@ type Undispatched struct {
 	Args      json.RawMessage
 }
 
+// DrainIdleTimeout is how long a drain's transaction, which holds the
+// stream's offset, may stay idle before the server ends it (see
+// LockDrainOffset).
+const DrainIdleTimeout = 5 * time.Second
+
 // DrainOffset is the stream's position (see migration 014).
 type DrainOffset struct {
 	// Prev is the snapshot up to which every intent was handed over.
@@ -123,7 +145,7 @@ type DrainOffset struct {
 	Fresh bool
 }
 
-// StreamIntent is an intent of the stream, locked.
+// StreamIntent is an intent of the stream, as read without a lock.
 type StreamIntent struct {
 	Undispatched
 	TxID string
@@ -146,7 +168,7 @@ type QueuedIntent struct {
 // the one before.
 func (q *Queries) LockDrainOffset(ctx context.Context, tx Querier) (*DrainOffset, error) {
 	var o DrainOffset
-	if err := tx.QueryRow(ctx, q.sqlDrainOffset).Scan(&o.Prev, &o.Cur, &o.TxID, &o.ID); err != nil {
+	if err := tx.QueryRow(ctx, q.sqlDrainOffset).Scan(&o.Prev, &o.Cur, &o.TxID, &o.ID, nil); err != nil {
 		return nil, err
 	}
 	if o.Cur == "" {
@@ -158,8 +180,9 @@ func (q *Queries) LockDrainOffset(ctx context.Context, tx Querier) (*DrainOffset
 	return &o, nil
 }
 
-// SelectStream locks up to limit intents of the stream past off, in
-// (txid, id) order. tx must hold off (LockDrainOffset).
+// SelectStream reads up to limit intents of the stream past off, in
+// (txid, id) order, without locking them. tx must hold off
+// (LockDrainOffset).
 func (q *Queries) SelectStream(ctx context.Context, tx Querier, off *DrainOffset, limit int) ([]StreamIntent, error) {
 	rows, _ := tx.Query(ctx, q.sqlDrainStream, limit, off.Prev, off.Cur, off.TxID, off.ID)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (StreamIntent, error) {
@@ -167,6 +190,22 @@ func (q *Queries) SelectStream(ctx context.Context, tx Querier, off *DrainOffset
 		err := row.Scan(&s.ID, &s.Namespace, &s.Effect, &s.Args, &s.TxID, &s.Pending)
 		return s, err
 	})
+}
+
+// LockUndispatched locks those of ids that are still pending without a
+// job and that no other transaction holds, and returns them.
+func (q *Queries) LockUndispatched(ctx context.Context, tx Querier, ids []int64) (map[int64]bool, error) {
+	out := make(map[int64]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var id int64
+	rows, _ := tx.Query(ctx, q.sqlDrainLock, ids)
+	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		out[id] = true
+		return nil
+	})
+	return out, err
 }
 
 // SelectQueued locks up to limit queued intents of effects, skipping those

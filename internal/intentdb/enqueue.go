@@ -111,13 +111,23 @@ func (q *Queries) renderClient(r func(string) string) {
 	// job, so that an operator can tell a batch from a job of its own
 	// (Row.JobKind): one look-up by primary key per intent.
 	q.sqlGet = r(`SELECT {{columns}}, ` + jobKind + ` FROM {{schema}}.outbox_intent i WHERE namespace = $1 AND key = $2`)
-	q.sqlList = r(`SELECT {{columns}}, ` + jobKind + ` FROM {{schema}}.outbox_intent i
-		WHERE namespace = $1
+	// No index holds the state (so that the intent's updates are HOT:
+	// migration 015), so a list by state reads the namespace's rows newest
+	// first, except for the rare states, found where only they are: the
+	// unknown intents in their table, the intents that awaited approval by
+	// the index of approval_rule (set on insert only).
+	list := func(only string) string {
+		return r(`SELECT {{columns}}, ` + jobKind + ` FROM {{schema}}.outbox_intent i
+		WHERE ` + only + `namespace = $1
 		  AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
 		  AND ($3::text = '' OR effect = $3::text)
 		  AND ($4::bigint = 0 OR id < $4::bigint)
 		ORDER BY id DESC
 		LIMIT $5`)
+	}
+	q.sqlList = list("")
+	q.sqlListUnknown = list(`i.id IN (SELECT id FROM {{schema}}.outbox_intent_unknown) AND `)
+	q.sqlListAwaiting = list(`i.approval_rule IS NOT NULL AND `)
 	// Cancelling is allowed only while no attempt may have started: the
 	// intent is pending (or awaiting approval, which has no job), no attempt that ran may have reached the provider
 	// (maybe_sent), and its River job has not started an attempt that did

@@ -12,19 +12,20 @@ import (
 type Queries struct {
 	schema string
 
-	sqlEnqueueManyFast, sqlEnqueueManyNew                                                                string
-	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve                  string
-	sqlSetOrigin                                                                                         string
-	sqlDrainCommit, sqlDrainFailInvalid, sqlDrainOffset, sqlDrainQueue, sqlDrainSnapshot, sqlDrainStream string
-	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                                string
-	sqlCountByState, sqlCreatedAt, sqlPrune                                                              string
-	sqlRedispatch, sqlStranded, sqlUnserved                                                              string
-	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                              string
-	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced            string
-	sqlRulesDelete, sqlRulesInsert, sqlRules                                                             string
-	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                            string
-	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                                    string
-	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                                       string
+	sqlEnqueueManyFast, sqlEnqueueManyNew                                                     string
+	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
+	sqlSetOrigin, sqlListAwaiting, sqlListUnknown                                             string
+	sqlDrainCommit, sqlDrainFailInvalid, sqlDrainLock, sqlDrainOffset, sqlDrainQueue          string
+	sqlDrainSnapshot, sqlDrainStream                                                          string
+	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
+	sqlCountByState, sqlCreatedAt, sqlPrune                                                   string
+	sqlRedispatch, sqlStranded, sqlUnserved                                                   string
+	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                   string
+	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
+	sqlRulesDelete, sqlRulesInsert, sqlRules                                                  string
+	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                 string
+	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                         string
+	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
 }
 
 // New returns the statements of schema, rendered once.
@@ -90,7 +91,14 @@ func (q *Queries) List(ctx context.Context, db Querier, p *ListParams) ([]*Row, 
 	if states == nil {
 		states = []string{}
 	}
-	rows, _ := db.Query(ctx, q.sqlList, p.Namespace, states, p.Effect, p.BeforeID, p.Limit)
+	sql := q.sqlList
+	switch {
+	case len(states) == 1 && states[0] == "unknown":
+		sql = q.sqlListUnknown
+	case len(states) == 1 && states[0] == "awaiting_approval":
+		sql = q.sqlListAwaiting
+	}
+	rows, _ := db.Query(ctx, sql, p.Namespace, states, p.Effect, p.BeforeID, p.Limit)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Row, error) {
 		var kind *string
 		r, err := scanRow(row, &kind)
