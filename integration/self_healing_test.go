@@ -158,8 +158,23 @@ func TestCancelRefusedAfterKillMidCharge(t *testing.T) {
 	first.kill9()
 	require.Equal(t, 1, p.sb.Stripe.EffectsFor(intent.ProviderKey), "charged before the kill")
 
-	p.serve()
+	// The rescue, written directly rather than caught by polling: the dead
+	// attempt's job made retryable with its retry an hour off, as a rescuer
+	// leaves it, the intent still pending. A cancel then is refused: the
+	// provider may have acted. Then the retry is due, and a replica starts.
 	var tries, whileNotRunning int
+	current, err := p.client.Get(ctx, "", "charge-1")
+	require.NoError(t, err)
+	require.NotNil(t, current.JobID)
+	_, err = p.pool.Exec(ctx, `UPDATE `+p.table("river_job")+` SET state = 'retryable', scheduled_at = now() + interval '1 hour' WHERE id = $1`, *current.JobID)
+	require.NoError(t, err)
+	_, err = p.client.Cancel(ctx, &outbox.CancelParams{Key: "charge-1"})
+	require.ErrorIs(t, err, outbox.ErrNotCancellable, "a cancel while the rescued job waited for its retry")
+	tries, whileNotRunning = 1, 1
+	_, err = p.pool.Exec(ctx, `UPDATE `+p.table("river_job")+` SET scheduled_at = now() WHERE id = $1`, *current.JobID)
+	require.NoError(t, err)
+
+	p.serve()
 	for {
 		current, err := p.client.Get(ctx, "", "charge-1")
 		require.NoError(t, err)
