@@ -46,12 +46,18 @@ type condition struct {
 // item's), refusing one whose type is not want (or dyn, checked when it
 // runs).
 func compileCondition(expr string, withItem bool, want *cel.Type) (*condition, error) {
-	if strings.TrimSpace(expr) == "" {
-		return nil, fmt.Errorf("an empty CEL expression")
-	}
 	env := condEnvs[0]
 	if withItem {
 		env = condEnvs[1]
+	}
+	return compileIn(env, expr, want)
+}
+
+// compileIn compiles expr in env, refusing one whose type is not want (or
+// dyn, checked when it runs).
+func compileIn(env *cel.Env, expr string, want *cel.Type) (*condition, error) {
+	if strings.TrimSpace(expr) == "" {
+		return nil, fmt.Errorf("an empty CEL expression")
 	}
 	ast, iss := env.Compile(expr)
 	if iss.Err() != nil {

@@ -2,9 +2,7 @@ package declared
 
 import (
 	"encoding/json"
-	"fmt"
 	"reflect"
-	"strings"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -43,8 +41,6 @@ type celError struct {
 }
 
 var mcpCondEnvs = func() [2]*cel.Env {
-	pkg := reflect.TypeFor[celResult]().PkgPath()
-	_ = pkg
 	answer, err := cel.NewEnv(
 		ext.NativeTypes(ext.ParseStructTags(true), reflect.TypeFor[celResult](), reflect.TypeFor[celBlock](), reflect.TypeFor[celError]()),
 		cel.Variable("result", cel.ObjectType("declared.celResult")),
@@ -67,32 +63,11 @@ var mcpCondEnvs = func() [2]*cel.Env {
 // compileMCPCondition compiles expr over an upstream's answer (or, with
 // withItem, a look-up's item).
 func compileMCPCondition(expr string, withItem bool, want *cel.Type) (*condition, error) {
-	if strings.TrimSpace(expr) == "" {
-		return nil, fmt.Errorf("an empty CEL expression")
-	}
 	env := mcpCondEnvs[0]
 	if withItem {
 		env = mcpCondEnvs[1]
 	}
-	ast, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		return nil, fmt.Errorf("CEL: %s", strings.ReplaceAll(iss.Err().Error(), "\n", " "))
-	}
-	out := ast.OutputType()
-	if !out.IsExactType(want) && !out.IsExactType(types.DynType) && !(want.Kind() == types.ListKind && out.Kind() == types.ListKind) {
-		return nil, fmt.Errorf("CEL type error: %q returns %s, expected %s", expr, out, want)
-	}
-	prg, err := env.Program(ast)
-	if err != nil {
-		return nil, fmt.Errorf("CEL: %w", err)
-	}
-	c := &condition{expr: expr, prg: prg}
-	for _, r := range ast.NativeRep().ReferenceMap() {
-		if r.Name == "provider_key" {
-			c.usesProviderKey = true
-		}
-	}
-	return c, nil
+	return compileIn(env, expr, want)
 }
 
 // mcpVars are the variables of one evaluation over an upstream's answer.
