@@ -459,7 +459,20 @@ func throwawaySchema(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (sche
 	drop = func() {
 		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_, _ = pool.Exec(dropCtx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		// One implicit transaction, so the lock timeout is this drop's only.
+		sql := "SELECT set_config('lock_timeout', '10s', true); DROP SCHEMA IF EXISTS " + pgx.Identifier{schema}.Sanitize() + " CASCADE"
+		if _, err := pool.Exec(dropCtx, sql); err != nil {
+			// The schema is this lane's alone: a session that holds one of
+			// its tables in a transaction left idle (a lane's client that
+			// lost a connection mid-transaction) is ended, so that nothing
+			// is left behind.
+			cfg.Logger.WarnContext(dropCtx, "error dropping a lane's schema, ending the sessions idle in its tables", slog.String("schema", schema), slog.String("error", err.Error()))
+			_, _ = pool.Exec(dropCtx, `SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a
+				WHERE a.state LIKE 'idle in transaction%' AND a.pid IN (
+					SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+					WHERE c.relnamespace = $1::regnamespace)`, schema)
+			_, _ = pool.Exec(dropCtx, sql)
+		}
 	}
 	m, err := migrations.New(pool, schema)
 	if err == nil {

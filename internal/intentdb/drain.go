@@ -86,9 +86,10 @@ func (q *Queries) renderDrain(r func(string) string) {
 		FOR UPDATE OF d, i SKIP LOCKED`)
 	// What a drain decided, in one statement: each intent's River job (a
 	// HOT update: job_id is in no index), the queue's rows it settled
-	// removed, the stream's intents of effects it does not run queued, and
-	// the stream's offset moved past what it read. Dispatching is not a state change (the intent stays
-	// pending), so updated_at is left alone and no notification fires.
+	// removed, the stream's intents it leaves to the queue queued, and the
+	// stream's offset moved past what it read. Dispatching is not a state
+	// change (the intent stays pending), so updated_at is left alone and
+	// no notification fires.
 	q.sqlDrainCommit = r(`WITH mark AS (
 			UPDATE {{schema}}.outbox_intent t SET job_id = u.job_id
 			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id)
