@@ -1,7 +1,6 @@
 package pgcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,29 +55,7 @@ func (c *Cluster) BaseBackup(ctx context.Context) (*Cluster, error) {
 		logger:     c.logger,
 		crashSafe:  c.crashSafe,
 	}
-	err = func() error {
-		if b.credential != nil {
-			if err := b.prepareDirForCredential(); err != nil {
-				return err
-			}
-		}
-		if err := b.startWatchdog(); err != nil {
-			return err
-		}
-		output, err := b.command(ctx, "pg_basebackup",
-			"--pgdata="+b.dataDir,
-			"--host="+c.dir,
-			fmt.Sprintf("--port=%d", socketPort),
-			"--username=postgres",
-			"--wal-method=stream",
-			"--checkpoint=fast",
-			"--no-sync",
-		).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("error running pg_basebackup: %w\n%s", err, bytes.TrimSpace(output))
-		}
-		return nil
-	}()
+	err = b.baseBackupFrom(ctx, c)
 	if err != nil {
 		if stopErr := b.Stop(context.WithoutCancel(ctx)); stopErr != nil {
 			err = errors.Join(err, fmt.Errorf("error cleaning up after failed backup: %w", stopErr))

@@ -46,28 +46,10 @@ func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
 }
 
 func (c *Cluster) startStandby(ctx context.Context, primary *Cluster) error {
-	if c.credential != nil {
-		if err := c.prepareDirForCredential(); err != nil {
-			return err
-		}
-	}
-	if err := c.startWatchdog(); err != nil {
+	// standby.signal and primary_conninfo, pointing at the primary's
+	// socket.
+	if err := c.baseBackupFrom(ctx, primary, "--write-recovery-conf"); err != nil {
 		return err
-	}
-	output, err := c.command(ctx, "pg_basebackup",
-		"--pgdata="+c.dataDir,
-		"--host="+primary.dir,
-		fmt.Sprintf("--port=%d", socketPort),
-		"--username=postgres",
-		// standby.signal and primary_conninfo, pointing at the primary's
-		// socket.
-		"--write-recovery-conf",
-		"--wal-method=stream",
-		"--checkpoint=fast",
-		"--no-sync",
-	).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("error running pg_basebackup: %w\n%s", err, bytes.TrimSpace(output))
 	}
 	if err := c.startServer(ctx, socketPort); err != nil {
 		return err
@@ -117,4 +99,32 @@ func (c *Cluster) Promote(ctx context.Context) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// baseBackupFrom makes c's data directory a base backup of from (its
+// watchdog started first, so a failed backup leaves no orphan), with
+// pg_basebackup's extra options.
+func (c *Cluster) baseBackupFrom(ctx context.Context, from *Cluster, extra ...string) error {
+	if c.credential != nil {
+		if err := c.prepareDirForCredential(); err != nil {
+			return err
+		}
+	}
+	if err := c.startWatchdog(); err != nil {
+		return err
+	}
+	args := append([]string{
+		"--pgdata=" + c.dataDir,
+		"--host=" + from.dir,
+		fmt.Sprintf("--port=%d", socketPort),
+		"--username=postgres",
+		"--wal-method=stream",
+		"--checkpoint=fast",
+		"--no-sync",
+	}, extra...)
+	output, err := c.command(ctx, "pg_basebackup", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("error running pg_basebackup: %w\n%s", err, bytes.TrimSpace(output))
+	}
+	return nil
 }
