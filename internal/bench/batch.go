@@ -94,12 +94,17 @@ func outboxBatch(_ context.Context, pool *pgxpool.Pool, schema string) (func(con
 	}, nil
 }
 
-func runBatch(ctx context.Context, pool *pgxpool.Pool, cfg *Config, name string, batches int, newInserter batchInserter) (*Result, error) {
-	schema, drop, err := throwawaySchema(ctx, pool, cfg)
+func runBatch(ctx context.Context, shared *pgxpool.Pool, cfg *Config, name string, batches int, newInserter batchInserter) (*Result, error) {
+	schema, drop, err := throwawaySchema(ctx, shared, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer drop()
+	pool, err := newLanePool(ctx, shared, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
 	insert, err := newInserter(ctx, pool, schema)
 	if err != nil {
 		return nil, err
@@ -124,11 +129,14 @@ func runBatch(ctx context.Context, pool *pgxpool.Pool, cfg *Config, name string,
 	}
 	elapsed := time.Since(start)
 	slices.Sort(txTimes)
-	after, err := readCost(ctx, pool, schema)
+	if err := closeLanePool(ctx, shared, pool, schema); err != nil {
+		return nil, err
+	}
+	after, err := readCost(ctx, shared, schema)
 	if err != nil {
 		return nil, err
 	}
-	cost, err := costBetween(ctx, pool, before, after, batches*BatchSize)
+	cost, err := costBetween(ctx, shared, before, after, batches*BatchSize)
 	if err != nil {
 		return nil, err
 	}

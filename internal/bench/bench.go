@@ -364,12 +364,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kind Kind, cfg *Config, offere
 	return runIn(ctx, pool, schema, kind, cfg, offered)
 }
 
-// runIn measures one kind in schema, already migrated.
-func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cfg *Config, offered float64) (*Result, error) {
-	var (
-		sys system
-		err error
-	)
+// runIn measures one kind in schema, already migrated, on a pool of the
+// lane's own (see newLanePool).
+func runIn(ctx context.Context, shared *pgxpool.Pool, schema string, kind Kind, cfg *Config, offered float64) (*Result, error) {
+	pool, err := newLanePool(ctx, shared, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	var sys system
 	switch {
 	case kind.Watermill:
 		sys, err = newWatermillSystem(ctx, pool, schema, cfg)
@@ -403,12 +406,16 @@ func runIn(ctx context.Context, pool *pgxpool.Pool, schema string, kind Kind, cf
 		return nil, err
 	}
 	// Read after the stop, so that what the lane's units still wrote after
-	// they counted as done (River's completions of outbox's jobs) is in.
-	after, err := readCost(ctx, pool, schema)
+	// they counted as done (River's completions of outbox's jobs) is in,
+	// and after the lane's backends have flushed their counters.
+	if err := closeLanePool(ctx, shared, pool, schema); err != nil {
+		return nil, err
+	}
+	after, err := readCost(ctx, shared, schema)
 	if err != nil {
 		return nil, err
 	}
-	if res.Cost, err = costBetween(ctx, pool, before, after, res.Count); err != nil {
+	if res.Cost, err = costBetween(ctx, shared, before, after, res.Count); err != nil {
 		return nil, err
 	}
 	return res, nil

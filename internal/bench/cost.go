@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,6 +61,50 @@ type tableCounters struct {
 	inserts, updates, hot, deletes, indexTuples int64
 }
 
+// newLanePool opens a pool of the lane's own, like pool and named by
+// application_name, so that its backends can be told apart from those of
+// whoever else shares pool (a test running beside the lane): their write
+// counters are read only once every one of them has flushed (see
+// readCost and closeLanePool).
+func newLanePool(ctx context.Context, pool *pgxpool.Pool, schema string) (*pgxpool.Pool, error) {
+	config := pool.Config()
+	config.ConnConfig.RuntimeParams["application_name"] = laneApplicationName(schema)
+	lane, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		return nil, fmt.Errorf("bench: error opening the lane's pool: %w", err)
+	}
+	return lane, nil
+}
+
+func laneApplicationName(schema string) string { return "outbox bench " + schema }
+
+// closeLanePool closes lane and waits, through pool, until its backends
+// have exited. A backend flushes its statistics as it exits, before it
+// leaves pg_stat_activity, but after its client has closed the
+// connection: a read of the counters as soon as Close returns could miss
+// the last of the lane's writes.
+func closeLanePool(ctx context.Context, pool, lane *pgxpool.Pool, schema string) error {
+	lane.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
+			laneApplicationName(schema)).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("bench: error waiting for the lane's connections to close: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: %d of the lane's connections still open: %w", n, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // readCost reads the server's WAL position and the write counters of
 // schema's tables.
 //
@@ -67,12 +112,11 @@ type tableCounters struct {
 // flushes them: at the end of a transaction at most once a second, and an
 // idle backend within about ten seconds. So before reading, every idle
 // connection of pool runs pg_stat_force_next_flush(), which makes that
-// backend flush as the statement ends, before it answers. The lane's
-// clients (River's, the dispatcher's, the callers') have stopped and
-// returned their connections to pool by then; connections that closed
-// flushed as their backends exited. Reading counters the next moment, in a
-// statement of its own, sees them all (stats_fetch_consistency caches a
-// snapshot only within a transaction).
+// backend flush as the statement ends, before it answers. A connection
+// busy elsewhere meanwhile would not flush, which is why a lane runs on a
+// pool of its own and its end is read only after closeLanePool. Reading
+// counters the next moment, in a statement of its own, sees them all
+// (stats_fetch_consistency caches a snapshot only within a transaction).
 func readCost(ctx context.Context, pool *pgxpool.Pool, schema string) (*costCounters, error) {
 	var flushErr error
 	for _, c := range pool.AcquireAllIdle(ctx) {
