@@ -74,7 +74,7 @@ func randomSchema() string {
 	var name strings.Builder
 	name.WriteString(schemaPrefix)
 	for range 10 {
-		name.WriteByte(alphabet[rand.IntN(len(alphabet))])
+		name.WriteByte(alphabet[rand.IntN(len(alphabet))]) //nolint:gosec // a unique name, not a secret
 	}
 	return name.String()
 }
