@@ -40,7 +40,8 @@ type ExpectedIntent struct {
 	Effect string
 
 	// Key is the intent's expected idempotency key. Defaults to empty: any
-	// key.
+	// key, among the namespace's newest 10,000 intents (of Effect, when
+	// set).
 	Key string
 
 	// Namespace is the namespace looked in. Defaults to
