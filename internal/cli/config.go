@@ -14,17 +14,18 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// Config is outboxd's configuration, read from the environment (README, "Operations"). Each field's tags name its variable and default (env), say what a valid
-// value looks like (expect: the error for a bad value quotes it) and describe
-// it for --help (help). Fields tagged secret:"true" hold secrets: their values
+// Config is outboxd's configuration, read from the environment (README,
+// "Operations"). Each field's tags name its variable and default (env), say
+// what a valid value looks like (expect: the error for a bad value quotes it)
+// and describe it for --help (help). Fields tagged secret:"true" hold secrets: their values
 // never appear in errors or logs.
 //
 // A variable set to the empty string counts as unset, so that OUTBOX_SCHEMA=
 // means the default rather than an invalid schema.
 type Config struct {
 	// AdminAddr, when set, is a second listen address for /healthz,
-	// /readyz, /metrics and River UI, which OUTBOX_HTTP_ADDR then no longer
-	// serves. Defaults to none: one listener serves everything.
+	// /readyz, /metrics and River UI, which OUTBOX_HTTP_ADDR then does not
+	// serve. Defaults to none: one listener serves everything.
 	AdminAddr string `env:"OUTBOX_ADMIN_ADDR" expect:"a listen address host:port such as 127.0.0.1:9090" help:"separate listener for /metrics, /riverui/ and the health endpoints; OUTBOX_HTTP_ADDR then serves only /v1/ and /mcp"`
 
 	// AllowNoAuth lets serve run without API tokens, on a loopback address

@@ -55,7 +55,7 @@ const (
 type Config struct {
 	// AdminAddr, when set, is a second listener for the operators' paths
 	// (/healthz, /readyz, /metrics, River UI, the console), which HTTPAddr
-	// then no longer serves: the public port carries only /v1/ and /mcp.
+	// then does not serve: the public port carries only /v1/ and /mcp.
 	AdminAddr string
 
 	// API configures the HTTP API and /mcp: AutoKeyWindow, MaxWaits,
