@@ -14,11 +14,10 @@ import (
 // effectFields are the members of a declaration.
 var effectFields = []string{"preset", "description", "tool", "guarantee", "dedupe_window", "max_key_length", "args", "request", "outcome", "result", "lookup"}
 
-// effect checks one declaration: its name and preset here, then its common
-// fields, its request and the reading of its answer, its look-up and what
-// its guarantee requires, and the environment it reads. Its error holds
-// every problem found: a check that needs what an earlier one refused is
-// skipped.
+// effect checks one declaration in three steps: its name and its
+// resolved declaration (the preset, if any, merged in), the checks that
+// fill in the effect, then its hash. Its error holds every problem found:
+// a check that needs what an earlier one refused is skipped.
 func (l *loader) effect(name string, v any) (*Effect, error) {
 	base := "$.effects." + name
 	fail := func(field, format string, args ...any) error {
@@ -28,7 +27,24 @@ func (l *loader) effect(name string, v any) (*Effect, error) {
 		}
 		return l.errorf(path, name, field, format, args...)
 	}
-	var errs FileErrors
+	decl, presetDecl, errs := l.resolveDeclaration(name, v, fail)
+	if decl == nil {
+		return nil, errs.err()
+	}
+	e := &Effect{name: name, tool: name, client: l.cfg.HTTPClient, onRuleError: l.cfg.OnRuleError, env: map[string]string{}}
+	errs = append(errs, l.checkEffect(e, decl, presetDecl, fail)...)
+	if len(errs) > 0 {
+		return nil, errs.err()
+	}
+	e.sha256 = declarationSHA256(decl)
+	return e, nil
+}
+
+// resolveDeclaration checks the effect's name and decodes its declaration,
+// merging it into its preset's when it names one. It returns the resolved
+// declaration and the preset's (nil without a preset), which bounds what
+// an override may change; decl is nil when the rest cannot be checked.
+func (l *loader) resolveDeclaration(name string, v any, fail failFunc) (decl, presetDecl orderedMap, errs FileErrors) {
 	if !effects.ValidName(name) {
 		errs.add(fail("", "an effect's name must be %s (it names the effect's River queue)", effects.NameRule))
 	}
@@ -38,37 +54,38 @@ func (l *loader) effect(name string, v any) (*Effect, error) {
 	decl, ok := v.(orderedMap)
 	if !ok {
 		errs.add(fail("", "must be a mapping"))
-		return nil, errs.err()
+		return nil, nil, errs
 	}
-	errs.add(l.known(decl, base, name, effectFields))
-	var presetDecl orderedMap
-	if p, ok := decl.get("preset"); ok {
-		pname, _ := p.(string)
-		preset, ok := Preset(pname)
-		if !ok {
-			// The preset's fields are what the rest is checked against.
-			errs.add(fail("preset", "unknown preset %q (outboxd effects presets lists them)", p))
-			return nil, errs.err()
-		}
-		presetDecl = preset.decl
-		merged, err := mergePatch(preset.decl, decl.without("preset"))
-		if err != nil {
-			errs.add(fail("preset", "%v", err))
-			return nil, errs.err()
-		}
-		decl = merged
+	errs.add(l.known(decl, "$.effects."+name, name, effectFields))
+	p, ok := decl.get("preset")
+	if !ok {
+		return decl, nil, errs
 	}
+	pname, _ := p.(string)
+	preset, ok := Preset(pname)
+	if !ok {
+		// The preset's fields are what the rest is checked against.
+		errs.add(fail("preset", "unknown preset %q (outboxd effects presets lists them)", p))
+		return nil, nil, errs
+	}
+	merged, err := mergePatch(preset.decl, decl.without("preset"))
+	if err != nil {
+		errs.add(fail("preset", "%v", err))
+		return nil, nil, errs
+	}
+	return merged, preset.decl, errs
+}
 
-	e := &Effect{name: name, tool: name, client: l.cfg.HTTPClient, onRuleError: l.cfg.OnRuleError, env: map[string]string{}}
+// checkEffect checks a resolved declaration's common fields, its request
+// and the reading of its answer, its look-up and what its guarantee
+// requires, and the environment it reads, filling in e as it goes.
+func (l *loader) checkEffect(e *Effect, decl, presetDecl orderedMap, fail failFunc) FileErrors {
+	var errs FileErrors
 	errs.add(l.effectCommon(e, decl, presetDecl, fail))
 	errs.add(l.effectRequest(e, decl, fail))
 	errs.add(l.effectLookup(e, decl, fail))
 	errs.add(l.effectEnv(e, fail))
-	if len(errs) > 0 {
-		return nil, errs.err()
-	}
-	e.sha256 = declarationSHA256(decl)
-	return e, nil
+	return errs
 }
 
 // agentText are the members of a declaration that only agents read: the
