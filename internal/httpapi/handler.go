@@ -369,27 +369,6 @@ func methodNotAllowed(allow string) apiFunc {
 	}
 }
 
-// wait waits until the intent is terminal or ctx ends. It reads first: most
-// waits are for intents already final, and those answer at once whatever
-// other waits are doing. Only then does it take a slot of its namespace's
-// share of MaxWaits. A wait that gets no slot in time returns ctx's error
-// and no intent; callers then read it again and answer it as it stands.
-func (h *Handler) wait(ctx context.Context, namespace, key string) (*outbox.Intent, error) {
-	intent, err := h.client.Get(ctx, namespace, key)
-	if err != nil || intent.State.Terminal() {
-		return intent, err
-	}
-	slots := h.waits[namespace]
-	select {
-	case slots <- struct{}{}:
-		defer func() { <-slots }()
-	case <-ctx.Done():
-		// No intent: the caller reads it again, as it stands now.
-		return nil, ctx.Err()
-	}
-	return h.client.Wait(ctx, namespace, key)
-}
-
 // readyz answers 200 when the database is reachable and its migrations are
 // current, else 503. Probes call it without a token.
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
