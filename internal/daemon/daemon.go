@@ -58,12 +58,6 @@ type Config struct {
 	// then does not serve: the public port carries only /v1/ and /mcp.
 	AdminAddr string
 
-	// API configures the HTTP API and /mcp: AutoKeyWindow, MaxWaits,
-	// ModelKeyGuard, RateLimit. Its AuthFailureFunc, Logger,
-	// PossibleDuplicateFunc, Tokens, TracerProvider and Version are set
-	// by the daemon.
-	API httpapi.Config
-
 	// APITokens are the bearer tokens of the API, /mcp and the console,
 	// each with its namespace and role. Empty serves namespace default
 	// without authentication (the caller checks that this is allowed, and
@@ -106,6 +100,23 @@ type Config struct {
 	// discards.
 	Logger *slog.Logger
 
+	// MaxWaits bounds the waits (?wait= and get_intent's wait_seconds) in
+	// progress at once, over HTTP and /mcp together, shared fairly by
+	// namespace (httpapi.Waits). Defaults to httpapi.MaxWaitsDefault.
+	MaxWaits int
+
+	// MCP configures /mcp's servers: AutoKeyWindow, ModelKeyGuard,
+	// Passthrough and Tools. The API's key guard, which guards enqueues
+	// sent with Idempotency-Key-Source: model as /mcp's tools are, takes
+	// the same AutoKeyWindow and ModelKeyGuard. Its Actor, Logger,
+	// Namespace, PossibleDuplicateFunc, RateLimitFunc, TracerProvider,
+	// Version and WaitFunc are set by the daemon.
+	MCP mcpserver.Config
+
+	// RateLimit bounds each token's enqueues, over HTTP and /mcp together.
+	// Defaults to no limit.
+	RateLimit httpapi.RateLimit
+
 	// Schema holds River's and outbox's tables. Defaults to
 	// outbox.SchemaDefault.
 	Schema string
@@ -145,10 +156,9 @@ func (c *Config) withDefaults() *Config {
 	// The console shows the time left to approve by the dispatcher's TTL,
 	// and serve's metric reports it: the one the reconciler applies.
 	out.Dispatcher = *out.Dispatcher.WithDefaults()
-	out.API.Logger = out.Logger
-	out.API.Tokens = out.APITokens
-	out.API.TracerProvider = out.TracerProvider
-	out.API.Version = out.Version
+	out.MCP.Logger = out.Logger
+	out.MCP.TracerProvider = out.TracerProvider
+	out.MCP.Version = out.Version
 	out.Console.ApprovalTTL = out.Dispatcher.ApprovalTTL
 	out.Console.Logger = out.Logger.With(slog.String("component", "console"))
 	out.Console.RiverUIPath = riverUIPrefix
@@ -226,13 +236,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	if err := d.applyApprovalRules(ctx, c.ApprovalRules, c.Effects); err != nil {
 		return nil, err
 	}
-	apiConfig := c.API
-	apiConfig.AuthFailureFunc = d.metrics.authFailures.Inc
-	apiConfig.DatabaseUnavailableFunc = func(reason string) {
-		d.metrics.databaseUnavailable.WithLabelValues(reason).Inc()
-	}
-	apiConfig.PossibleDuplicateFunc = d.metrics.enqueues.ObservePossibleDuplicate
-	api, err := httpapi.New(pool, d.Client, &apiConfig)
+	api, err := d.newAPI(pool, c)
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func (h *Handler) readIntent(ctx context.Context, namespace, key string, wait ti
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	intent, err := h.wait(waitCtx, namespace, key)
+	intent, err := h.waits.Wait(waitCtx, namespace, key)
 	if err == nil || ctx.Err() != nil || waitCtx.Err() == nil {
 		return intent, err
 	}
@@ -100,25 +100,4 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 	}
 	writeJSON(w, http.StatusOK, answer)
 	return nil
-}
-
-// wait waits until the intent is terminal or ctx ends. It reads first: most
-// waits are for intents already final, and those answer at once whatever
-// other waits are doing. Only then does it take a slot of its namespace's
-// share of MaxWaits. A wait that gets no slot in time returns ctx's error
-// and no intent; callers then read it again and answer it as it stands.
-func (h *Handler) wait(ctx context.Context, namespace, key string) (*outbox.Intent, error) {
-	intent, err := h.client.Get(ctx, namespace, key)
-	if err != nil || intent.State.Terminal() {
-		return intent, err
-	}
-	slots := h.waits[namespace]
-	select {
-	case slots <- struct{}{}:
-		defer func() { <-slots }()
-	case <-ctx.Done():
-		// No intent: the caller reads it again, as it stands now.
-		return nil, ctx.Err()
-	}
-	return h.client.Wait(ctx, namespace, key)
 }
