@@ -44,7 +44,7 @@ func (d *Daemon) newAPI(pool *pgxpool.Pool, c *Config) (*httpapi.Handler, error)
 			return nil, err
 		}
 	}
-	return httpapi.New(pool, d.Client, &httpapi.Config{
+	return httpapi.New(d.Client, &httpapi.Config{
 		AuthFailureFunc: d.metrics.authFailures.Inc,
 		DatabaseUnavailableFunc: func(reason string) {
 			d.metrics.databaseUnavailable.WithLabelValues(reason).Inc()

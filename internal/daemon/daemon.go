@@ -30,6 +30,7 @@ import (
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
+	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -240,6 +241,10 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	if err != nil {
 		return nil, err
 	}
+	migrator, err := migrations.New(pool, c.Schema)
+	if err != nil {
+		return nil, err
+	}
 
 	consoleConfig := c.Console
 	consoleConfig.AuthFailureFunc = d.metrics.authFailures.Inc
@@ -310,7 +315,8 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 
 	handlerConfig := &httpHandlerConfig{
 		API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Console: consoleHandler, Logger: c.Logger,
-		Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.Console.UIPassword, UIUser: c.Console.UIUser,
+		Metrics: d.metrics.registry, Ready: newReadyz(migrator, c.Logger), RiverUI: ui,
+		UIPassword: c.Console.UIPassword, UIUser: c.Console.UIUser,
 		// One budget of wrong credentials per address, across both
 		// listeners.
 		FailureLimiter: access.NewFailureLimiter(0, 0),

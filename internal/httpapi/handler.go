@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
@@ -21,12 +20,8 @@ import (
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
-	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
 )
-
-// readyTimeout bounds /readyz's look at the database.
-const readyTimeout = 5 * time.Second
 
 // Config configures the API handler. What the handler shares with /mcp
 // and with the rest of the process (the key guard, the MCP servers, the
@@ -86,7 +81,7 @@ type Config struct {
 }
 
 // Handler serves the HTTP API of docs/agents.md: /v1/intents, /v1/effects,
-// /v1/openapi.json, /readyz and /mcp. It is safe for concurrent use.
+// /v1/openapi.json and /mcp. It is safe for concurrent use.
 type Handler struct {
 	client           *outbox.Client
 	effects          *effectsAnswer
@@ -104,7 +99,6 @@ type Handler struct {
 	unavailableLogged atomic.Int64
 	logger            *slog.Logger
 	mcpServers        map[string]*mcp.Server
-	migrator          *migrations.Migrator
 	tokens            []access.Token
 	waits             *Waits
 	guard             *keyguard.Guard
@@ -146,11 +140,10 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// New returns the API handler. client carries out the operations; pool runs
-// the readiness check.
-func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, error) {
-	if pool == nil || client == nil {
-		return nil, errors.New("httpapi: pool and client must not be nil")
+// New returns the API handler. client carries out the operations.
+func New(client *outbox.Client, config *Config) (*Handler, error) {
+	if client == nil {
+		return nil, errors.New("httpapi: client must not be nil")
 	}
 	config = config.withDefaults()
 	if err := config.validate(); err != nil {
@@ -170,9 +163,6 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 		waits:            config.Waits,
 	}
 	var err error
-	if h.migrator, err = migrations.New(pool, client.Schema()); err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
-	}
 	tools := config.MCPTools
 	if tools == nil {
 		if tools, err = mcpserver.ToolsFor(client.Effects()); err != nil {
@@ -196,7 +186,6 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	})
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /readyz", h.readyz)
 	mcpRoute := http.Handler(mcpHandler)
 	if len(h.tokens) > 0 {
 		// The SDK hands TokenInfo to every tool call (req.Extra), which is
@@ -291,23 +280,6 @@ func methodNotAllowed(allow string) apiFunc {
 		w.Header().Set("Allow", allow)
 		return &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
 			message: fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, allow)}
-	}
-}
-
-// readyz answers 200 when the database is reachable and its migrations are
-// current, else 503. Probes call it without a token.
-func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-	defer cancel()
-	st, err := h.migrator.Status(ctx)
-	switch {
-	case err != nil:
-		h.logger.WarnContext(ctx, "not ready: database unreachable", "error", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "database unreachable"})
-	case !st.UpToDate():
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "pending migrations"})
-	default:
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
 }
 

@@ -786,10 +786,6 @@ func TestAuth(t *testing.T) {
 	// The scheme is case-insensitive.
 	resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents", header: map[string]string{"Authorization": "bearer " + tokenBeta}})
 	require.Equal(t, http.StatusOK, resp.status)
-
-	// Probes need no token.
-	resp = bundle.do(t, request{method: http.MethodGet, path: "/readyz"})
-	require.Equal(t, http.StatusOK, resp.status)
 }
 
 func TestNoTokens(t *testing.T) {
@@ -860,47 +856,6 @@ func TestRoutes(t *testing.T) {
 	require.Equal(t, outbox.CodeForbidden, resp.errorCode(t))
 }
 
-func TestReadyz(t *testing.T) {
-	t.Parallel()
-
-	t.Run("Ready", func(t *testing.T) {
-		t.Parallel()
-		bundle := setup(t, nil)
-		resp := bundle.do(t, request{method: http.MethodGet, path: "/readyz"})
-		require.Equal(t, http.StatusOK, resp.status)
-		require.JSONEq(t, `{"status": "ready"}`, string(resp.body))
-	})
-
-	serve := func(t *testing.T, pool *pgxpool.Pool, schema string) *response {
-		t.Helper()
-		client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
-		require.NoError(t, err)
-		h, err := newHandler(pool, client, nil)
-		require.NoError(t, err)
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		return &response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
-	}
-
-	t.Run("PendingMigrations", func(t *testing.T) {
-		t.Parallel()
-		resp := serve(t, testdb.Pool(t), testdb.Schema(t))
-		require.Equal(t, http.StatusServiceUnavailable, resp.status)
-		require.JSONEq(t, `{"status": "unavailable", "reason": "pending migrations"}`, string(resp.body))
-	})
-
-	t.Run("DatabaseUnreachable", func(t *testing.T) {
-		t.Parallel()
-		pool, err := pgxpool.New(t.Context(), "postgres://nobody:secret-pw@127.0.0.1:1/none?connect_timeout=2")
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		resp := serve(t, pool, "outbox")
-		require.Equal(t, http.StatusServiceUnavailable, resp.status)
-		require.JSONEq(t, `{"status": "unavailable", "reason": "database unreachable"}`, string(resp.body))
-		require.NotContains(t, string(resp.body), "secret-pw")
-	})
-}
-
 func TestNewRefuses(t *testing.T) {
 	t.Parallel()
 
@@ -927,11 +882,11 @@ func TestNewRefuses(t *testing.T) {
 		"NoGuard":        {&httpapi.Config{MCPServers: servers, Waits: waits}, "Guard and Waits must be set"},
 		"NoWaits":        {&httpapi.Config{Guard: guard, MCPServers: servers}, "Guard and Waits must be set"},
 	} {
-		_, err := httpapi.New(pool, client, tc.config)
+		_, err := httpapi.New(client, tc.config)
 		require.ErrorContains(t, err, tc.want, name)
 	}
-	_, err = httpapi.New(nil, client, nil)
-	require.ErrorContains(t, err, "pool and client must not be nil")
+	_, err = httpapi.New(nil, nil)
+	require.ErrorContains(t, err, "client must not be nil")
 	_, err = httpapi.NewWaits(client, -1, []string{"alpha"})
 	require.ErrorContains(t, err, "MaxWaits must be positive")
 }

@@ -52,7 +52,7 @@ func newHandler(pool *pgxpool.Pool, client *outbox.Client, config *apiConfig) (*
 			return nil, err
 		}
 	}
-	return httpapi.New(pool, client, &httpapi.Config{
+	return httpapi.New(client, &httpapi.Config{
 		Guard:       guard,
 		Logger:      config.Logger,
 		MCPServers:  servers,
