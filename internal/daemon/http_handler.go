@@ -28,8 +28,7 @@ const riverUIPrefix = "/riverui"
 
 // httpHandlerConfig is what newHTTPHandler serves.
 type httpHandlerConfig struct {
-	// API serves /v1/, /mcp and /readyz (package httpapi). Nil serves none
-	// of them.
+	// API serves /v1/ and /mcp (package httpapi). Nil serves neither.
 	API http.Handler
 
 	// AuthFailureFunc, when set, counts each River UI request refused for
@@ -51,6 +50,9 @@ type httpHandlerConfig struct {
 
 	// Metrics is what /metrics exposes.
 	Metrics prometheus.Gatherer
+
+	// Ready serves /readyz (newReadyz). Nil serves none.
+	Ready http.Handler
 
 	// RiverUI serves /riverui/, behind basic auth (UIUser, UIPassword) or,
 	// without credentials, to loopback requests only. Nil serves no UI.
@@ -99,8 +101,10 @@ func newHTTPMux(config *httpHandlerConfig, parts httpParts) http.Handler {
 		mux.Handle("/v1/", config.API)
 		mux.Handle("/mcp", config.API)
 	}
-	if config.API != nil && admin {
-		mux.Handle("/readyz", config.API)
+	if config.Ready != nil && admin {
+		// Beside the API's handler, not in it: /readyz is not traced, as
+		// probes every few seconds would bury the agents' requests.
+		mux.Handle("GET /readyz", config.Ready)
 	}
 	if config.RiverUI != nil && admin {
 		// The mux redirects /riverui to /riverui/; River UI strips the

@@ -47,6 +47,13 @@ func namespaceFrom(ctx context.Context) (string, bool) {
 	return p.namespace, ok
 }
 
+// actor names the request's token for the record: access.APIActor of its
+// fingerprint, never the token ("api:local" without tokens).
+func actor(r *http.Request) string {
+	p, _ := principalFrom(r.Context())
+	return access.APIActor(p.name)
+}
+
 // forbiddenRole is the answer to a token whose role may not do what the
 // request asks: 403 forbidden, naming the role needed.
 func forbiddenRole(need, have access.Role) error {
