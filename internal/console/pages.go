@@ -387,7 +387,7 @@ func (h *Handler) intent(w http.ResponseWriter, r *http.Request, p *principal) {
 	}
 	v := &intentView{
 		Intent: intent, Args: redact.JSON(intent.Args), Jobs: jobs, RiverUIPath: h.riverUIPath,
-		ProviderObjectID: providerObjectID(intent.Result),
+		ProviderObjectID: effects.ProviderObjectID(intent.Result),
 		CanCancel:        intent.State == outbox.StatePending || intent.State == outbox.StateAwaitingApproval,
 	}
 	if intent.State == outbox.StateUnknown {
@@ -516,35 +516,6 @@ func outputSummary(out json.RawMessage) string {
 		parts = append(parts, "provider object "+o.ProviderObjectID)
 	}
 	return strings.Join(parts, ", ")
-}
-
-// providerObjectID picks the provider's object id out of a result, as the
-// workers record it in River's output: its top-level "id", or else the
-// first top-level field ending in "_id".
-func providerObjectID(result json.RawMessage) string {
-	var fields map[string]json.RawMessage
-	if len(result) == 0 || json.Unmarshal(result, &fields) != nil {
-		return ""
-	}
-	keys := []string{"id"}
-	var more []string
-	for k := range fields {
-		if strings.HasSuffix(k, "_id") {
-			more = append(more, k)
-		}
-	}
-	slices.Sort(more)
-	for _, k := range append(keys, more...) {
-		var s string
-		if json.Unmarshal(fields[k], &s) == nil && s != "" {
-			return s
-		}
-		var n json.Number
-		if json.Unmarshal(fields[k], &n) == nil && n != "" {
-			return n.String()
-		}
-	}
-	return ""
 }
 
 // lookupHint says where to look for the provider's object of the built-in
