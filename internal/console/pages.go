@@ -31,10 +31,7 @@ const (
 const formMax = 64 << 10
 
 // states are the states in the order the pages show them.
-var states = []outbox.State{
-	outbox.StateAwaitingApproval, outbox.StatePending, outbox.StateRunning,
-	outbox.StateSucceeded, outbox.StateFailed, outbox.StateUnknown, outbox.StateCancelled,
-}
+var states = outbox.States()
 
 // intentURL is the intent page's path. A key is one path segment, escaped;
 // "." and ".." are escaped whole, since a router would clean them away.

@@ -23,10 +23,7 @@ const RefreshIntervalDefault = 15 * time.Second
 
 // states are every state, so that a state with no intent reads 0 rather than
 // disappearing from the scrape.
-var states = []outbox.State{
-	outbox.StateAwaitingApproval, outbox.StatePending, outbox.StateRunning, outbox.StateSucceeded,
-	outbox.StateFailed, outbox.StateUnknown, outbox.StateCancelled,
-}
+var states = outbox.States()
 
 // GaugesConfig configures Gauges.
 type GaugesConfig struct {
