@@ -195,7 +195,7 @@ type Result struct {
 func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	args, err := ParseArgs(req.Args)
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	params := &stripe.PaymentIntentCreateParams{
 		Amount:   stripe.Int64(args.Amount),

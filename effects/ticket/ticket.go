@@ -173,7 +173,7 @@ func (t *zendeskTicket) result() (json.RawMessage, error) {
 func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	args, err := ParseArgs(req.Args)
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	type requester struct {
 		Email string `json:"email"`
@@ -204,7 +204,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 	}
 	body, err := json.Marshal(map[string]any{"ticket": ticket})
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	// A body without GetBody: net/http then never sends the request again by
 	// itself (it does, for a replayable request, when a kept-alive connection

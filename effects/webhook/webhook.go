@@ -270,7 +270,7 @@ type Result struct {
 func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	args, err := e.ParseArgs(req.Args)
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	provider := "webhook " + args.Endpoint.Name
 	// A body without GetBody, so that net/http never resends the request by
