@@ -67,8 +67,8 @@ func TestProviderObjectID(t *testing.T) {
 		`{"b_id": "second", "a_id": "first"}`:                "first",
 		`{"id": {"nested": true}, "payment_intent_id": "p"}`: "p",
 		`{"id": "", "ticket_id": 7}`:                         "7",
-		`not json`: "",
-		``:         "",
+		`not json`:                                           "",
+		``:                                                   "",
 	} {
 		require.Equal(t, want, effects.ProviderObjectID([]byte(result)), result)
 	}
