@@ -16,6 +16,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/charge"
+	"github.com/outbox-dev/outbox/effects/email"
+	"github.com/outbox-dev/outbox/effects/ticket"
+	"github.com/outbox-dev/outbox/effects/webhook"
 	"github.com/outbox-dev/outbox/internal/redact"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -520,13 +524,13 @@ func outputSummary(out json.RawMessage) string {
 // resolving an unknown intent. Other effects get none.
 func lookupHint(effect, providerKey string) string {
 	switch effect {
-	case "charge":
+	case charge.Name:
 		return "Stripe dashboard or API: the PaymentIntent created with Idempotency-Key " + providerKey + " (Stripe keeps keys for 24 hours; search payments by customer and amount after)."
-	case "email":
+	case email.Name:
 		return "the mail server's log or the recipient's mailbox: the message whose Message-ID starts with " + providerKey + "@."
-	case "ticket":
+	case ticket.Name:
 		return "Zendesk: the ticket whose external_id is " + providerKey + "."
-	case "webhook":
+	case webhook.Name:
 		return "the receiver's log: the request with webhook-id " + providerKey + "."
 	}
 	return ""
