@@ -489,8 +489,10 @@ func timeline(in *outbox.Intent, jobs []*job) []event {
 	return ev
 }
 
-// outputSummary is an attempt's recorded output in a line: the state it
-// left the intent in, its error code and attempt number.
+// outputSummary is a job's recorded output (workers.AttemptOutput, or a
+// batch's entry for the intent, workers.BatchIntentOutput) in a line: the
+// state it left the intent in, the attempt number, the error code, the job
+// a batch handed the intent over to, and the provider's object id.
 func outputSummary(out json.RawMessage) string {
 	var o struct {
 		Attempt          int    `json:"attempt"`
