@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
@@ -223,7 +225,9 @@ func TestDrain(t *testing.T) {
 				return err
 			}
 			_, err := d.Drain(ctx)
-			require.Error(t, err)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, pgerrcode.AdminShutdown, pgErr.Code, "the error is the backend's termination")
 			// Until the dying backend has rolled back, its rows stay locked and
 			// another drain rightly skips them.
 			require.Eventually(t, func() bool {
@@ -484,13 +488,13 @@ func TestDispatcher(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		_, err := New(b.pool, nil)
-		require.Error(t, err)
+		require.ErrorContains(t, err, "Effects must be set")
 		_, err = New(b.pool, &Config{Effects: b.reg, Workers: -1})
-		require.Error(t, err)
+		require.ErrorContains(t, err, "Workers must be positive")
 		empty, err := effects.NewRegistry()
 		require.NoError(t, err)
 		_, err = New(b.pool, &Config{Effects: empty})
-		require.Error(t, err)
+		require.ErrorContains(t, err, "no effect is enabled")
 	})
 }
 

@@ -183,9 +183,16 @@ func TestExecuteAndLookup(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []*ticket.Config{nil, {URL: "https://x.zendesk.com", Email: "a@example.com"}, {URL: "ftp://x", Email: "a", Token: "t"}} {
-		_, err := ticket.New(cfg)
-		require.Error(t, err)
+	for _, tc := range []struct {
+		config *ticket.Config
+		want   string
+	}{
+		{nil, "URL, Email and Token must be set"},
+		{&ticket.Config{URL: "https://x.zendesk.com", Email: "a@example.com"}, "URL, Email and Token must be set"},
+		{&ticket.Config{URL: "ftp://x", Email: "a", Token: "t"}, "URL must be an http or https URL"},
+	} {
+		_, err := ticket.New(tc.config)
+		require.ErrorContains(t, err, tc.want, "config %+v", tc.config)
 	}
 	e, err := ticket.New(&ticket.Config{URL: "https://x.zendesk.com/", Email: "a@example.com", Token: "t"})
 	require.NoError(t, err)

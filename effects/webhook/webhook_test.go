@@ -69,9 +69,9 @@ func TestGuarantee(t *testing.T) {
 	require.Equal(t, effects.GuaranteeAtMostOnce, newEffect(t, []webhook.Endpoint{dedupe, plain}, secret).Guarantee(),
 		"a mixed configuration is as weak as its weakest endpoint")
 	_, err := webhook.New(&webhook.Config{Endpoints: []webhook.Endpoint{dedupe}, Secret: "nope"})
-	require.Error(t, err)
+	require.ErrorContains(t, err, "secret must start with "+webhook.SecretPrefix)
 	_, err = webhook.New(&webhook.Config{Secret: secret})
-	require.Error(t, err)
+	require.ErrorContains(t, err, "Endpoints must be set")
 }
 
 func TestParseArgs(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
@@ -72,7 +73,7 @@ func TestMCPStdio(t *testing.T) {
 		_, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "charge_card", Arguments: map[string]any{
 			"customer": "cus_1", "amount": 1999, "currency": "eur", "idempotency_key": "stdio-charge",
 		}})
-		require.Error(t, err, "no such tool")
+		require.ErrorIs(t, err, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams}, "no such tool")
 		require.Equal(t, before, bundle.countIntents(t))
 
 		// Closing stdin ends the process, cleanly.

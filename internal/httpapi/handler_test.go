@@ -391,6 +391,8 @@ func TestGet(t *testing.T) {
 	}
 	resp = bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/plain?wait=1s&wait=2s", token: tokenAlpha})
 	require.Equal(t, http.StatusBadRequest, resp.status)
+	require.Equal(t, outbox.CodeInvalidArgs, resp.errorCode(t))
+	require.Equal(t, "wait", resp.field(t))
 	resp = bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/plain?verbose=1", token: tokenAlpha})
 	require.Equal(t, http.StatusBadRequest, resp.status)
 	require.Equal(t, outbox.CodeInvalidArgs, resp.errorCode(t))
@@ -637,8 +639,10 @@ func TestCancel(t *testing.T) {
 
 	resp = cancel(`{"note": 1}`)
 	require.Equal(t, http.StatusBadRequest, resp.status)
+	require.Equal(t, outbox.CodeInvalidJSON, resp.errorCode(t))
 	resp = cancel(`{"note": "` + strings.Repeat("n", 1001) + `"}`)
 	require.Equal(t, http.StatusBadRequest, resp.status)
+	require.Equal(t, outbox.CodeInvalidArgs, resp.errorCode(t))
 	require.Equal(t, "note", resp.field(t))
 
 	resp = cancel(`{"note": "the customer changed their mind"}`)
@@ -904,17 +908,22 @@ func TestNewRefuses(t *testing.T) {
 	pool, schema := testdb.MigratedSchema(t)
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
-	for name, config := range map[string]*httpapi.Config{
-		"DuplicateToken": {Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleAgent), access.NewToken(tokenAlpha, "beta", access.RoleAgent)}},
-		"BadNamespace":   {Tokens: []access.Token{access.NewToken(tokenAlpha, "a b", access.RoleAgent)}},
-		"NoRole":         {Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", 0)}},
-		"NegativeWaits":  {MaxWaits: -1},
+	// Each refusal names its cause: a case refused for another reason than
+	// the one it sets up would otherwise pass unnoticed.
+	for name, tc := range map[string]struct {
+		config *httpapi.Config
+		want   string
+	}{
+		"DuplicateToken": {&httpapi.Config{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleAgent), access.NewToken(tokenAlpha, "beta", access.RoleAgent)}}, "entries 1 and 2 are the same token"},
+		"BadNamespace":   {&httpapi.Config{Tokens: []access.Token{access.NewToken(tokenAlpha, "a b", access.RoleAgent)}}, "token for an invalid namespace"},
+		"NoRole":         {&httpapi.Config{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", 0)}}, "has no valid role"},
+		"NegativeWaits":  {&httpapi.Config{MaxWaits: -1}, "MaxWaits must be positive"},
 	} {
-		_, err := httpapi.New(pool, client, config)
-		require.Error(t, err, name)
+		_, err := httpapi.New(pool, client, tc.config)
+		require.ErrorContains(t, err, tc.want, name)
 	}
 	_, err = httpapi.New(nil, client, nil)
-	require.Error(t, err)
+	require.ErrorContains(t, err, "pool and client must not be nil")
 }
 
 // TestServerErrors checks that a failure of the server's own is a 500 with

@@ -170,13 +170,15 @@ func TestMCPAuth(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t, nil)
+	// The SDK's client error carries the status text, not the response, so
+	// the 401 is read from it.
 	for _, token := range []string{"", "tok-wrong"} {
 		_, err := bundle.connectMCP(t, token, "")
-		require.Error(t, err, "token %q", token)
+		require.ErrorContains(t, err, http.StatusText(http.StatusUnauthorized), "token %q", token)
 	}
 	for _, token := range []string{"", "tok-wrong"} {
 		_, err := bundle.connectMCP(t, token, "2025-06-18")
-		require.Error(t, err, "token %q", token)
+		require.ErrorContains(t, err, http.StatusText(http.StatusUnauthorized), "token %q", token)
 	}
 
 	// Without tokens, on loopback, /mcp acts for namespace default.

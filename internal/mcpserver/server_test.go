@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
@@ -390,7 +391,7 @@ func TestChargeCard(t *testing.T) {
 		cs := bundle.connect(t, nil)
 		// Not a tool error: there is no such tool (a protocol error).
 		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "refund_card", Arguments: map[string]any{}})
-		require.Error(t, err)
+		require.ErrorIs(t, err, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams})
 	})
 }
 
@@ -564,17 +565,27 @@ func TestNewRefuses(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
-	for name, config := range map[string]*mcpserver.Config{
-		"BadNamespace":   {Namespace: "a b"},
-		"NegativeWindow": {AutoKeyWindow: -time.Second},
-		"DuplicateTool":  {Tools: append(mcpserver.EffectTools(), mcpserver.EffectTools()[0])},
-		"ReadToolName":   {Tools: []*mcpserver.EffectTool{{Name: "get_intent", Effect: "noop", Description: "x", InputSchema: mcpserver.EffectTools()[0].InputSchema}}},
-		"NoSchema":       {Tools: []*mcpserver.EffectTool{{Name: "noop_tool", Effect: "noop", Description: "x"}}},
+	// Each refusal names its cause: a case refused for another reason than
+	// the one it sets up would otherwise pass unnoticed.
+	for name, tc := range map[string]struct {
+		config *mcpserver.Config
+		want   string
+	}{
+		"BadNamespace":   {&mcpserver.Config{Namespace: "a b"}, "namespace: must be printable ASCII"},
+		"NegativeWindow": {&mcpserver.Config{AutoKeyWindow: -time.Second}, "AutoKeyWindow must be positive"},
+		"DuplicateTool":  {&mcpserver.Config{Tools: append(mcpserver.EffectTools(), mcpserver.EffectTools()[0])}, fmt.Sprintf("tool %q defined twice", mcpserver.EffectTools()[0].Name)},
+		"ReadToolName":   {&mcpserver.Config{Tools: []*mcpserver.EffectTool{{Name: "get_intent", Effect: "noop", Description: "x", InputSchema: mcpserver.EffectTools()[0].InputSchema}}}, `tool "get_intent" defined twice`},
+		"NoSchema":       {&mcpserver.Config{Tools: []*mcpserver.EffectTool{{Name: "noop_tool", Effect: "noop", Description: "x"}}}, `tool "noop_tool": input schema must be of type object`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := mcpserver.New(bundle.pool, bundle.client, config)
-			require.Error(t, err)
+			_, err := mcpserver.New(bundle.pool, bundle.client, tc.config)
+			require.ErrorContains(t, err, tc.want)
 		})
 	}
+	t.Run("BadNamespaceCode", func(t *testing.T) {
+		t.Parallel()
+		_, err := mcpserver.New(bundle.pool, bundle.client, &mcpserver.Config{Namespace: "a b"})
+		require.Equal(t, outbox.CodeInvalidKey, outbox.ErrorCode(err))
+	})
 }
