@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,7 +49,23 @@ type testBundle struct {
 // webhook, for /mcp's tools.
 func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	t.Helper()
+	return setupTraced(t, config, nil)
+}
+
+// setupTraced is setup with tracer on the pool that the handler, its client
+// and its effects use (the shared pool when tracer is nil).
+func setupTraced(t *testing.T, config *httpapi.Config, tracer pgx.QueryTracer) *testBundle {
+	t.Helper()
 	pool, schema := testdb.MigratedSchema(t)
+	if tracer != nil {
+		poolConfig, err := pgxpool.ParseConfig(testdb.URL(t))
+		require.NoError(t, err)
+		poolConfig.ConnConfig.Tracer = tracer
+		pool, err = pgxpool.NewWithConfig(context.Background(), poolConfig)
+		require.NoError(t, err)
+		// Registered after the schema's drop, so it runs before it.
+		t.Cleanup(pool.Close)
+	}
 	b := &testBundle{pool: pool, schema: schema}
 	var list []effects.Effect
 	for name, g := range map[string]effects.Guarantee{
@@ -75,6 +92,34 @@ func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	t.Cleanup(server.Close)
 	b.url = server.URL
 	return b
+}
+
+// keyTracer signals ended each time a query with key among its arguments
+// has ended, once armed: a test learns that a request has read an intent.
+type keyTracer struct {
+	armed atomic.Bool
+	ended chan struct{}
+	key   string
+}
+
+type keyTracerMatch struct{}
+
+func (k *keyTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	for _, arg := range data.Args {
+		if s, ok := arg.(string); ok && s == k.key && k.armed.Load() {
+			return context.WithValue(ctx, keyTracerMatch{}, true)
+		}
+	}
+	return ctx
+}
+
+func (k *keyTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if match, _ := ctx.Value(keyTracerMatch{}).(bool); match {
+		select {
+		case k.ended <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // startDispatcher runs the bundle's effects until the test ends.
@@ -494,7 +539,8 @@ func TestWait(t *testing.T) {
 	// intent then stands. The waits with a slot wake at once.
 	t.Run("MoreWaitsThanSlots", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, &httpapi.Config{MaxWaits: 1})
+		reads := &keyTracer{ended: make(chan struct{}, 1), key: "q"}
+		bundle := setupTraced(t, &httpapi.Config{MaxWaits: 1}, reads)
 		for _, key := range []string{"held", "q"} {
 			require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents",
 				header: map[string]string{"Idempotency-Key": key}, body: `{"effect": "noop", "args": {}}`}).status)
@@ -520,8 +566,15 @@ func TestWait(t *testing.T) {
 			require.NoError(t, bundle.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n))
 			return n == 1
 		}, 10*time.Second, 10*time.Millisecond, "the first wait holds the slot and listens")
+		reads.armed.Store(true)
 		queued := wait("q", "3s")
-		time.Sleep(300 * time.Millisecond) // the second wait has read, and queues
+		// Its read is the first query on "q" since: once it has ended, the
+		// wait queues for the slot (or is about to), not listening.
+		select {
+		case <-reads.ended:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "the second wait did not read the intent")
+		}
 		require.Equal(t, http.StatusOK, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents/q/cancel"}).status)
 
 		q := <-queued
