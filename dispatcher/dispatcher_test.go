@@ -35,20 +35,10 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool, schema := testdb.MigratedSchema(t)
-	var list []effects.Effect
-	for name, g := range map[string]effects.Guarantee{
+	env := testdb.NewEnv(t, map[string]effects.Guarantee{
 		"noop": effects.GuaranteeDeduplicated, "noop_reconcilable": effects.GuaranteeReconcilable, "noop_at_most_once": effects.GuaranteeAtMostOnce,
-	} {
-		e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: pool, Schema: schema})
-		require.NoError(t, err)
-		list = append(list, e)
-	}
-	reg, err := effects.NewRegistry(list...)
-	require.NoError(t, err)
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
-	require.NoError(t, err)
-	return &testBundle{client: client, pool: pool, reg: reg, schema: schema}
+	})
+	return &testBundle{client: env.Client, pool: env.Pool, reg: env.Registry, schema: env.Schema}
 }
 
 func (b *testBundle) dispatcher(t *testing.T, config *Config) *Dispatcher {

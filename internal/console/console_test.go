@@ -16,7 +16,6 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/console"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -52,17 +51,8 @@ type testBundle struct {
 // the bundle's tokens and River UI user (nil config) or config.
 func setup(t *testing.T, config *console.Config) *testBundle {
 	t.Helper()
-	pool, schema := testdb.MigratedSchema(t)
-	var list []effects.Effect
-	for name, g := range map[string]effects.Guarantee{"noop": effects.GuaranteeDeduplicated, "email": effects.GuaranteeAtMostOnce} {
-		e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: pool, Schema: schema})
-		require.NoError(t, err)
-		list = append(list, e)
-	}
-	registry, err := effects.NewRegistry(list...)
-	require.NoError(t, err)
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Schema: schema})
-	require.NoError(t, err)
+	env := testdb.NewEnv(t, map[string]effects.Guarantee{"noop": effects.GuaranteeDeduplicated, "email": effects.GuaranteeAtMostOnce})
+	pool, schema, client := env.Pool, env.Schema, env.Client
 	if config == nil {
 		config = &console.Config{Tokens: tokens, UIUser: uiUser, UIPassword: uiPassword}
 	}

@@ -22,9 +22,9 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -52,41 +52,33 @@ func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	return setupTraced(t, config, nil)
 }
 
-// setupTraced is setup with tracer on the pool that the handler, its client
-// and its effects use (the shared pool when tracer is nil).
+// setupTraced is setup with tracer on the pool that the handler and its
+// client use (the shared pool when tracer is nil).
 func setupTraced(t *testing.T, config *httpapi.Config, tracer pgx.QueryTracer) *testBundle {
 	t.Helper()
-	pool, schema := testdb.MigratedSchema(t)
-	if tracer != nil {
-		poolConfig, err := pgxpool.ParseConfig(testdb.URL(t))
-		require.NoError(t, err)
-		poolConfig.ConnConfig.Tracer = tracer
-		pool, err = pgxpool.NewWithConfig(context.Background(), poolConfig)
-		require.NoError(t, err)
-		// Registered after the schema's drop, so it runs before it.
-		t.Cleanup(pool.Close)
-	}
-	b := &testBundle{pool: pool, schema: schema}
-	var list []effects.Effect
-	for name, g := range map[string]effects.Guarantee{
+	env := testdb.NewEnv(t, map[string]effects.Guarantee{
 		"noop": effects.GuaranteeDeduplicated, "noop_at_most_once": effects.GuaranteeAtMostOnce, "charge": effects.GuaranteeDeduplicated,
 		// noops by the names of the other MCP tools' effects, so that
 		// /mcp lists every tool.
 		"email": effects.GuaranteeAtMostOnce, "ticket": effects.GuaranteeAtMostOnce, "webhook": effects.GuaranteeAtMostOnce,
-	} {
-		e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: pool, Schema: schema})
-		require.NoError(t, err)
-		list = append(list, e)
-	}
+	})
+	b := &testBundle{client: env.Client, pool: env.Pool, registry: env.Registry, schema: env.Schema}
 	var err error
-	b.registry, err = effects.NewRegistry(list...)
-	require.NoError(t, err)
-	b.client, err = outbox.NewClient(pool, &outbox.Config{Effects: b.registry, Schema: schema})
-	require.NoError(t, err)
+	if tracer != nil {
+		poolConfig, err := pgxpool.ParseConfig(testdb.URL(t))
+		require.NoError(t, err)
+		poolConfig.ConnConfig.Tracer = tracer
+		b.pool, err = pgxpool.NewWithConfig(context.Background(), poolConfig)
+		require.NoError(t, err)
+		// Registered after the schema's drop, so it runs before it.
+		t.Cleanup(b.pool.Close)
+		b.client, err = outbox.NewClient(b.pool, &outbox.Config{Effects: b.registry, Schema: b.schema})
+		require.NoError(t, err)
+	}
 	if config == nil {
 		config = &httpapi.Config{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}}
 	}
-	b.handler, err = httpapi.New(pool, b.client, config)
+	b.handler, err = httpapi.New(b.pool, b.client, config)
 	require.NoError(t, err)
 	server := httptest.NewServer(b.handler)
 	t.Cleanup(server.Close)
@@ -120,27 +112,6 @@ func (k *keyTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQ
 		default:
 		}
 	}
-}
-
-// startDispatcher runs the bundle's effects until the test ends.
-func (b *testBundle) startDispatcher(t *testing.T) {
-	t.Helper()
-	d, err := dispatcher.New(b.pool, &dispatcher.Config{Effects: b.registry, EffectTimeout: 5 * time.Second, Schema: b.schema})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, d.Stop(ctx))
-	})
-}
-
-func (b *testBundle) countIntents(t *testing.T) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(),
-		"SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()).Scan(&n))
-	return n
 }
 
 // response is one answer.
@@ -253,7 +224,7 @@ func TestEnqueue(t *testing.T) {
 			require.Contains(t, string(resp.body), `"field":"Idempotency-Key"`, bad)
 			require.Contains(t, string(resp.body), `"code":"invalid_key"`, bad)
 		}
-		require.Equal(t, 2, bundle.countIntents(t))
+		require.Equal(t, 2, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	// A body declared as anything but JSON is refused before it is read:
@@ -278,13 +249,13 @@ func TestEnqueue(t *testing.T) {
 				require.Equal(t, "nosniff", resp.header.Get("X-Content-Type-Options"))
 			}
 		}
-		require.Equal(t, 0, bundle.countIntents(t))
+		require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema))
 		for i, ct := range []string{"application/json; charset=utf-8", "application/merge-patch+json", ""} {
 			resp := post("/v1/intents", ct)
 			require.Contains(t, []int{http.StatusCreated, http.StatusOK}, resp.status, "%d %s: %s", i, ct, resp.body)
 			require.Equal(t, "nosniff", resp.header.Get("X-Content-Type-Options"))
 		}
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("NewThenDuplicate", func(t *testing.T) {
@@ -319,7 +290,7 @@ func TestEnqueue(t *testing.T) {
 		second := decode[enqueued](t, resp)
 		require.True(t, second.Duplicate)
 		require.Equal(t, first.ID, second.ID)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("KeyReused", func(t *testing.T) {
@@ -334,7 +305,7 @@ func TestEnqueue(t *testing.T) {
 			require.Equal(t, http.StatusUnprocessableEntity, resp.status)
 			require.Equal(t, outbox.CodeIdempotencyKeyReused, resp.errorCode(t))
 		}
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("Refused", func(t *testing.T) {
@@ -392,7 +363,7 @@ func TestEnqueue(t *testing.T) {
 				require.Equal(t, tt.field, resp.field(t), "%s", resp.body)
 			})
 		}
-		require.Equal(t, 0, bundle.countIntents(t), "nothing written")
+		require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema), "nothing written")
 	})
 
 	t.Run("JustUnderLimit", func(t *testing.T) {
@@ -477,7 +448,7 @@ func TestWait(t *testing.T) {
 	t.Run("UntilSucceeded", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, nil)
-		bundle.startDispatcher(t)
+		testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 		require.Equal(t, http.StatusCreated, bundle.enqueue(t, "s", `{"effect": "noop", "args": {"_noop": {"sleep": "200ms"}}}`).status)
 		resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/s?wait=30s", token: tokenAlpha})
 		require.Equal(t, http.StatusOK, resp.status)
@@ -719,7 +690,7 @@ func TestResolve(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t, nil)
-	bundle.startDispatcher(t)
+	testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 	// An at-most-once effect whose outcome is lost ends unknown.
 	require.Equal(t, http.StatusCreated, bundle.enqueue(t, "u", `{"effect": "noop_at_most_once", "args": {"_noop": {"fail": "ambiguous"}}}`).status)
 	resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/u?wait=30s", token: tokenAlpha})
@@ -835,7 +806,7 @@ func TestAuth(t *testing.T) {
 			require.NotContains(t, string(resp.body), tokenAlpha[:10], "tokens are never echoed")
 		}
 	}
-	require.Equal(t, 0, bundle.countIntents(t))
+	require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 	// The scheme is case-insensitive.
 	resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents", header: map[string]string{"Authorization": "bearer " + tokenBeta}})
