@@ -347,11 +347,11 @@ func TestDeclaredTicketAgainstZendesk(t *testing.T) {
 	// found".
 	broken := strings.Replace(src, "items: body.tickets", "items: body.count", 1)
 	effs, err = Parse("effects.yaml", []byte(broken), &Config{LookupEnv: func(name string) (string, bool) {
-		return map[string]string{"ZENDESK_URL": z.URL(), "ZENDESK_AUTH": "x"}[name], true
+		return map[string]string{"ZENDESK_URL": z.URL(), "ZENDESK_AUTH": "YWdlbnRAZXhhbXBsZS5jb20vdG9rZW46dA=="}[name], true
 	}})
 	require.NoError(t, err)
 	_, ok, err = effs[0].Lookup(ctx, "pk_ticket_missing")
-	require.Error(t, err)
+	require.ErrorContains(t, err, `answered 200: items: "body.count" gave double, not a list`)
 	require.False(t, ok)
 }
 

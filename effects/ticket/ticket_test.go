@@ -166,7 +166,7 @@ func TestExecuteAndLookup(t *testing.T) {
 		requireClass(t, err, effects.ClassPermanent, "http_401")
 		require.NotContains(t, err.Error(), "wrong-token")
 		_, _, err = bad.Lookup(context.Background(), "obx_t7")
-		require.Error(t, err)
+		requireClass(t, err, effects.ClassPermanent, "http_401")
 		require.Equal(t, 0, b.zendesk.Effects())
 	})
 
@@ -177,7 +177,7 @@ func TestExecuteAndLookup(t *testing.T) {
 		_, err := execute(t, b.effect, "obx_t8", 5*time.Second)
 		requireClass(t, err, effects.ClassNotSent, "connection_failed")
 		_, _, err = b.effect.Lookup(context.Background(), "obx_t8")
-		require.Error(t, err)
+		requireClass(t, err, effects.ClassNotSent, "connection_failed")
 	})
 }
 
