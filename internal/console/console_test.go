@@ -367,6 +367,7 @@ func TestResolve(t *testing.T) {
 
 	a := b.request(t, http.MethodPost, "/console/intents/alpha/lost-email/resolve", url.Values{"outcome": {"maybe"}, "note": {"?"}}, operator)
 	require.Equal(t, http.StatusBadRequest, a.status)
+	require.Contains(t, a.body, "<title>Error: invalid_args")
 	a = b.request(t, http.MethodPost, "/console/intents/alpha/lost-email/resolve", url.Values{"outcome": {"succeeded"}, "note": {"in the mailbox, 10:42"}}, operator)
 	require.Equal(t, http.StatusSeeOther, a.status, a.body)
 	got := b.get(t, "alpha", "lost-email")
@@ -392,10 +393,13 @@ func TestCrossOrigin(t *testing.T) {
 	require.Contains(t, a.body, "cross_origin_refused")
 	a = b.request(t, http.MethodPost, "/console/intents/alpha/big-charge/approve", form, operator, "Sec-Fetch-Site", "same-site")
 	require.Equal(t, http.StatusForbidden, a.status, "a sibling on another port is another origin")
+	require.Contains(t, a.body, "<title>Error: cross_origin_refused")
 	a = b.request(t, http.MethodPost, "/console/intents/alpha/big-charge/approve", form, operator, "Origin", "https://evil.example")
 	require.Equal(t, http.StatusForbidden, a.status)
+	require.Contains(t, a.body, "<title>Error: cross_origin_refused")
 	a = b.request(t, http.MethodPost, "/console/login", url.Values{"token": {tokenOperator}}, nil, "Sec-Fetch-Site", "cross-site")
 	require.Equal(t, http.StatusForbidden, a.status, "no sign-in on another site's behalf")
+	require.Contains(t, a.body, "<title>Error: cross_origin_refused")
 	require.Equal(t, outbox.StateAwaitingApproval, b.get(t, "alpha", "big-charge").State)
 
 	a = b.request(t, http.MethodPost, "/console/intents/alpha/big-charge/approve", form, operator, "Sec-Fetch-Site", "same-origin")
@@ -426,6 +430,7 @@ func TestBulkCancel(t *testing.T) {
 
 	a := b.request(t, http.MethodPost, "/console/bulk/cancel", url.Values{"key": {"order-"}, "count": {"3"}, "note": {"duplicate orders"}}, operator)
 	require.Equal(t, http.StatusBadRequest, a.status, "not confirmed")
+	require.Contains(t, a.body, "<title>Error: invalid_args")
 	a = b.request(t, http.MethodPost, "/console/bulk/cancel", url.Values{"key": {"order-"}, "count": {"2"}, "confirm": {"yes"}, "note": {"x"}}, operator)
 	require.Equal(t, http.StatusSeeOther, a.status, "more match than were confirmed: the preview again")
 	require.Equal(t, outbox.StatePending, b.get(t, "alpha", "order-1").State)
