@@ -1,11 +1,8 @@
 package deploy_test
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"io"
-	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,11 +10,10 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/sethvargo/go-envconfig"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/internal/cli"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -34,67 +30,12 @@ type serveBundle struct {
 func startServe(t *testing.T) *serveBundle {
 	t.Helper()
 	_, schema := testdb.MigratedSchema(t)
-	env := map[string]string{
-		"DATABASE_URL":          testdb.URL(t),
-		"OUTBOX_ALLOW_NO_AUTH":  "true",
-		"OUTBOX_EFFECT_TIMEOUT": "5s",
-		"OUTBOX_HTTP_ADDR":      "127.0.0.1:0",
-		"OUTBOX_LOG_FORMAT":     "json",
-		"OUTBOX_SANDBOX":        "true",
-		"OUTBOX_SCHEMA":         schema,
-	}
-	logs, logw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.Run(ctx, []string{"serve"}, &cli.RunOpts{
-			Lookuper: envconfig.MapLookuper(maps.Clone(env)),
-			Stderr:   logw,
-			Stdout:   io.Discard,
-		})
-		logw.Close()
-	}()
-	// The log is read to its end, whatever the test does, so that serve
-	// never blocks on a write; the first "outboxd serving" line gives the
-	// address.
-	serving := make(chan string, 1)
-	var lines []string
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		scanner := bufio.NewScanner(logs)
-		scanner.Buffer(nil, 1<<20)
-		for scanner.Scan() {
-			lines = append(lines, scanner.Text())
-			var line struct {
-				Addr string `json:"addr"`
-				Msg  string `json:"msg"`
-			}
-			if json.Unmarshal(scanner.Bytes(), &line) == nil && line.Msg == "outboxd serving" {
-				serving <- line.Addr
-			}
-		}
-		_, _ = io.Copy(io.Discard, logs)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("serve did not stop")
-		}
-		<-readDone
+	srv := testrun.Serve(t, map[string]string{
+		"DATABASE_URL":   testdb.URL(t),
+		"OUTBOX_SANDBOX": "true",
+		"OUTBOX_SCHEMA":  schema,
 	})
-	select {
-	case addr := <-serving:
-		return &serveBundle{addr: addr}
-	case code := <-done:
-		<-readDone
-		t.Fatalf("serve exited with %d:\n%s", code, strings.Join(lines, "\n"))
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start")
-	}
-	return nil
+	return &serveBundle{addr: srv.Addr}
 }
 
 // enqueue posts one intent to the API and returns the status.

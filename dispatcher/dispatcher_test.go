@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
@@ -33,20 +35,10 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool, schema := testdb.MigratedSchema(t)
-	var list []effects.Effect
-	for name, g := range map[string]effects.Guarantee{
+	env := testdb.NewEnv(t, map[string]effects.Guarantee{
 		"noop": effects.GuaranteeDeduplicated, "noop_reconcilable": effects.GuaranteeReconcilable, "noop_at_most_once": effects.GuaranteeAtMostOnce,
-	} {
-		e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: pool, Schema: schema})
-		require.NoError(t, err)
-		list = append(list, e)
-	}
-	reg, err := effects.NewRegistry(list...)
-	require.NoError(t, err)
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
-	require.NoError(t, err)
-	return &testBundle{client: client, pool: pool, reg: reg, schema: schema}
+	})
+	return &testBundle{client: env.Client, pool: env.Pool, reg: env.Registry, schema: env.Schema}
 }
 
 func (b *testBundle) dispatcher(t *testing.T, config *Config) *Dispatcher {
@@ -223,7 +215,9 @@ func TestDrain(t *testing.T) {
 				return err
 			}
 			_, err := d.Drain(ctx)
-			require.Error(t, err)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, pgerrcode.AdminShutdown, pgErr.Code, "the error is the backend's termination")
 			// Until the dying backend has rolled back, its rows stay locked and
 			// another drain rightly skips them.
 			require.Eventually(t, func() bool {
@@ -484,13 +478,13 @@ func TestDispatcher(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		_, err := New(b.pool, nil)
-		require.Error(t, err)
+		require.ErrorContains(t, err, "Effects must be set")
 		_, err = New(b.pool, &Config{Effects: b.reg, Workers: -1})
-		require.Error(t, err)
+		require.ErrorContains(t, err, "Workers must be positive")
 		empty, err := effects.NewRegistry()
 		require.NoError(t, err)
 		_, err = New(b.pool, &Config{Effects: empty})
-		require.Error(t, err)
+		require.ErrorContains(t, err, "no effect is enabled")
 	})
 }
 

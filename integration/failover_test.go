@@ -192,7 +192,12 @@ func runFailover(t *testing.T, synchronous bool) *failoverResult {
 		}()
 	}
 
-	time.Sleep(2 * time.Second)
+	// The agents' load flows before the fault: enqueues are acknowledged.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= 20
+	}, 30*time.Second, 10*time.Millisecond, "no enqueue was acknowledged")
 	// Replication lag: the standby's WAL receiver held back for half a
 	// second, while the primary takes commits (async) or holds them until
 	// the standby confirms (sync).

@@ -75,6 +75,14 @@ func TestLostAcks(t *testing.T) {
 			OR (args ? 'intent_ids' AND args->'intent_ids' @> '[%d]')`, p.table("river_job"), id, id))
 	}
 
+	// unfinishedJobsFor counts the River jobs that name an intent and may
+	// still run: none left means no retry is left to call a provider.
+	unfinishedJobsFor := func(t *testing.T, id int64) int {
+		t.Helper()
+		return scalar(t, p.env, fmt.Sprintf(`SELECT count(*) FROM %s WHERE ((args->>'intent_id')::bigint = %d
+			OR (args ? 'intent_ids' AND args->'intent_ids' @> '[%d]')) AND state NOT IN ('cancelled', 'completed', 'discarded')`, p.table("river_job"), id, id))
+	}
+
 	t.Run("EnqueueCommitLost", func(t *testing.T) {
 		// The agent's enqueue commits, its reply is lost, serve answers
 		// an error (or nothing): the agent retries the key and gets the
@@ -165,10 +173,9 @@ func TestLostAcks(t *testing.T) {
 			waitFired(t, fault)
 			final := p.waitIntent(t, intent.Key, 60*time.Second)
 			require.Equal(t, tc.state, final.State, "intent: %+v", final)
-			// The stand-in's state settles after the intent's; a
-			// second call would come from a retry a second or more
-			// after the lost reply.
-			time.Sleep(2 * time.Second)
+			// A second call would come from the retry of a job that
+			// names the intent: once every one has finished, none can.
+			require.Eventually(t, func() bool { return unfinishedJobsFor(t, intent.ID) == 0 }, 60*time.Second, 20*time.Millisecond)
 			require.Equal(t, 1, p.standIn(tc.effect).EffectsFor(intent.ProviderKey), "effects")
 			require.Equal(t, 1, p.standIn(tc.effect).RequestsFor(intent.ProviderKey), "requests: no second call")
 			figure("finish commit lost (%s): %s, 1 request, 1 effect", tc.effect, final.State)

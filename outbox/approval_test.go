@@ -455,7 +455,7 @@ func TestApproveDeny(t *testing.T) {
 		_, err = client.Deny(ctx, &outbox.ApprovalParams{Key: "obs-2", ArgsSHA256: two.ArgsSHA256})
 		require.NoError(t, err)
 		_, err = client.Deny(ctx, &outbox.ApprovalParams{Key: "obs-2", ArgsSHA256: two.ArgsSHA256})
-		require.Error(t, err)
+		require.Equal(t, outbox.CodeNotAwaitingApproval, outbox.ErrorCode(err))
 		require.Equal(t, "noop approved,noop denied", strings.Join(seen, ","))
 	})
 }

@@ -15,8 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -29,14 +27,8 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool, schema := testdb.MigratedSchema(t)
-	effect, err := noop.New(&noop.Config{})
-	require.NoError(t, err)
-	reg, err := effects.NewRegistry(effect)
-	require.NoError(t, err)
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
-	require.NoError(t, err)
-	return &testBundle{client: client, pool: pool, schema: schema}
+	env := testdb.NewEnv(t, nil)
+	return &testBundle{client: env.Client, pool: env.Pool, schema: env.Schema}
 }
 
 func (b *testBundle) enqueue(t *testing.T, params *outbox.EnqueueParams) (*outbox.EnqueueResult, error) {

@@ -83,7 +83,9 @@ func TestApprovalNotice(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = workers.NewApprovalNoticeWorker(b.pool, &workers.ApprovalNoticeWorkerConfig{Endpoint: "nowhere", TTL: time.Hour, Webhook: hook, Schema: b.schema})
-	require.Error(t, err, "an endpoint the webhook effect does not know")
+	var argErr *effects.ArgError
+	require.ErrorAs(t, err, &argErr, "an endpoint the webhook effect does not know")
+	require.Equal(t, "endpoint", argErr.Field)
 	w, err := workers.NewApprovalNoticeWorker(b.pool, &workers.ApprovalNoticeWorkerConfig{Endpoint: "approvals", TTL: time.Hour, Webhook: hook, Schema: b.schema})
 	require.NoError(t, err)
 

@@ -275,9 +275,9 @@ func TestExecute(t *testing.T) {
 func TestNew(t *testing.T) {
 	t.Parallel()
 	_, err := charge.New(nil)
-	require.Error(t, err)
+	require.ErrorContains(t, err, "APIKey must be set")
 	_, err = charge.New(&charge.Config{})
-	require.Error(t, err)
+	require.ErrorContains(t, err, "APIKey must be set")
 	e, err := charge.New(&charge.Config{APIKey: testAPIKey})
 	require.NoError(t, err)
 	require.Equal(t, "charge", e.Name())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -21,20 +22,18 @@ import (
 // refundStandIn behaves like Stripe's refunds endpoint as its
 // documentation says (docs.stripe.com/api/idempotent_requests): the first
 // answer to an Idempotency-Key is stored and replayed, status and body; a
-// key reused with other parameters is refused with 400 idempotency_error;
-// a key whose first request is still in flight gets 409
-// idempotency_key_in_use. It counts refunds made, and misbehaves on
-// request: one fault per request, in order.
+// key reused with other parameters is refused with 400 idempotency_error.
+// A declined card's 402 is an answer too, stored and replayed. It counts
+// refunds made. It handles one request at a time, so it never meets a key
+// whose first request is still in flight (Stripe's 409).
 type refundStandIn struct {
-	*httptest.Server
+	standIn
 
-	mu       sync.Mutex
-	refunds  int
-	requests int
-	answers  map[string]storedAnswer
-	inFlight map[string]bool
-	faults   []string
-	lastAuth string
+	// The rest is under standIn.mu.
+	refunds int
+	answers map[string]storedAnswer
+	// decline declines the refunds to come.
+	decline bool
 }
 
 type storedAnswer struct {
@@ -44,16 +43,16 @@ type storedAnswer struct {
 }
 
 func newRefundStandIn(t *testing.T) *refundStandIn {
-	s := &refundStandIn{answers: map[string]storedAnswer{}, inFlight: map[string]bool{}}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.Close)
+	s := &refundStandIn{answers: map[string]storedAnswer{}}
+	s.start(t, s.serve)
 	return s
 }
 
-func (s *refundStandIn) misbehave(faults ...string) {
+// declineCards makes the card of every refund to come be declined.
+func (s *refundStandIn) declineCards() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.faults = append(s.faults, faults...)
+	s.decline = true
 }
 
 func (s *refundStandIn) counts() (refunds, requests int) {
@@ -62,93 +61,49 @@ func (s *refundStandIn) counts() (refunds, requests int) {
 	return s.refunds, s.requests
 }
 
-func (s *refundStandIn) serve(w http.ResponseWriter, r *http.Request) {
+// lastAuth is the last request's Authorization header.
+func (s *refundStandIn) lastAuth() string {
+	header, _, _ := s.last()
+	return header.Get("Authorization")
+}
+
+func (s *refundStandIn) serve(r *http.Request, body []byte) answer {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/refunds" {
-		http.NotFound(w, r)
-		return
+		return answer{status: http.StatusNotFound, body: []byte("404 page not found\n")}
 	}
-	_ = r.ParseForm()
-	params := r.PostForm.Encode()
+	form, _ := url.ParseQuery(string(body))
+	params := form.Encode()
 	key := r.Header.Get("Idempotency-Key")
 	s.mu.Lock()
-	s.requests++
-	s.lastAuth = r.Header.Get("Authorization")
-	fault := ""
-	if len(s.faults) > 0 {
-		fault, s.faults = s.faults[0], s.faults[1:]
-	}
-	if stored, ok := s.answers[key]; ok && key != "" {
-		s.mu.Unlock()
-		if stored.params != params {
-			writeStripeError(w, http.StatusBadRequest, "idempotency_error", "", "Keys for idempotent requests can only be used with the same parameters they were first used with.")
-			return
-		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		w.WriteHeader(stored.status)
-		_, _ = w.Write([]byte(stored.body))
-		return
-	}
-	if s.inFlight[key] && key != "" {
-		s.mu.Unlock()
-		writeStripeError(w, http.StatusConflict, "idempotency_error", "idempotency_key_in_use", "There is currently another in-progress request using this Idempotent Key.")
-		return
-	}
-	s.inFlight[key] = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.inFlight, key)
-		s.mu.Unlock()
-	}()
-
-	switch fault {
-	case "unavailable": // not processed, and so not stored
-		w.Header().Set("Retry-After", "2")
-		writeStripeError(w, http.StatusServiceUnavailable, "api_error", "", "try later")
-		return
-	case "echo_auth": // a provider that quotes the request in its error
-		writeStripeError(w, http.StatusBadRequest, "invalid_request_error", "", "bad request with "+r.Header.Get("Authorization"))
-		return
-	case "decline":
-		s.store(key, params, http.StatusPaymentRequired, `{"error":{"type":"card_error","code":"card_declined"}}`)
-		writeStripeError(w, http.StatusPaymentRequired, "card_error", "card_declined", "Your card was declined.")
-		return
-	}
-	s.mu.Lock()
-	s.refunds++
-	body := fmt.Sprintf(`{"id":"re_%d","object":"refund","status":"succeeded","amount":%s}`, s.refunds, orDefault(r.PostForm.Get("amount"), "1999"))
-	s.answers[key] = storedAnswer{params: params, status: http.StatusOK, body: body}
-	s.mu.Unlock()
-	switch fault {
-	case "reset":
-		hj, _ := w.(http.Hijacker)
-		conn, _, _ := hj.Hijack()
-		_ = conn.Close()
-		return
-	case "slow":
-		time.Sleep(700 * time.Millisecond)
-	case "no_id":
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"object":"refund"}`))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(body))
-}
-
-func (s *refundStandIn) store(key, params string, status int, body string) {
-	s.mu.Lock()
 	defer s.mu.Unlock()
+	if stored, ok := s.answers[key]; ok && key != "" {
+		if stored.params != params {
+			return stripeError(http.StatusBadRequest, "idempotency_error", "", "Keys for idempotent requests can only be used with the same parameters they were first used with.")
+		}
+		return answer{status: stored.status, header: map[string]string{"Idempotent-Replayed": "true"}, body: []byte(stored.body)}
+	}
+	if s.decline {
+		declined := stripeError(http.StatusPaymentRequired, "card_error", "card_declined", "Your card was declined.")
+		s.store(key, params, declined)
+		return declined
+	}
+	s.refunds++
+	refund := answer{status: http.StatusOK, body: []byte(fmt.Sprintf(`{"id":"re_%d","object":"refund","status":"succeeded","amount":%s}`,
+		s.refunds, orDefault(form.Get("amount"), "1999")))}
+	s.store(key, params, refund)
+	return refund
+}
+
+// store keeps a key's first answer, for its replays. s.mu is held.
+func (s *refundStandIn) store(key, params string, a answer) {
 	if key != "" {
-		s.answers[key] = storedAnswer{params: params, status: status, body: body}
+		s.answers[key] = storedAnswer{params: params, status: a.status, body: string(a.body.([]byte))}
 	}
 }
 
-func writeStripeError(w http.ResponseWriter, status int, typ, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
+func stripeError(status int, typ, code, msg string) answer {
 	b, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "code": code, "message": msg}})
-	_, _ = w.Write(b)
+	return answer{status: status, body: b}
 }
 
 func orDefault(s, d string) string {
@@ -206,7 +161,7 @@ func TestRefundAgainstIdempotentStandIn(t *testing.T) {
 		refunds, requests := s.counts()
 		require.Equal(t, 1, refunds)
 		require.Equal(t, 2, requests)
-		require.Equal(t, "Bearer sk_test_secret_42", s.lastAuth)
+		require.Equal(t, "Bearer sk_test_secret_42", s.lastAuth())
 	})
 	t.Run("AbsentOptionalArgumentIsDropped", func(t *testing.T) {
 		t.Parallel()
@@ -219,7 +174,7 @@ func TestRefundAgainstIdempotentStandIn(t *testing.T) {
 	t.Run("DeclineIsPermanentAndReplayed", func(t *testing.T) {
 		t.Parallel()
 		s := newRefundStandIn(t)
-		s.misbehave("decline")
+		s.declineCards()
 		e := refundEffect(t, s.URL, time.Second)
 		for range 2 {
 			_, err := e.Execute(ctx, req("pk_3", args))
@@ -233,7 +188,9 @@ func TestRefundAgainstIdempotentStandIn(t *testing.T) {
 	t.Run("UnavailableIsNotSentWithRetryAfter", func(t *testing.T) {
 		t.Parallel()
 		s := newRefundStandIn(t)
-		s.misbehave("unavailable")
+		// Not processed, and so not stored.
+		s.misbehave(fault{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "2"},
+			body: `{"error": {"type": "api_error", "message": "try later"}}`})
 		e := refundEffect(t, s.URL, time.Second)
 		_, err := e.Execute(ctx, req("pk_4", args))
 		class, _ := classOf(t, err)
@@ -247,7 +204,7 @@ func TestRefundAgainstIdempotentStandIn(t *testing.T) {
 	t.Run("ResetAfterActingIsAmbiguousThenReplayed", func(t *testing.T) {
 		t.Parallel()
 		s := newRefundStandIn(t)
-		s.misbehave("reset")
+		s.misbehave(fault{act: true, reset: true})
 		e := refundEffect(t, s.URL, time.Second)
 		_, err := e.Execute(ctx, req("pk_5", args))
 		class, _ := classOf(t, err)
@@ -261,7 +218,7 @@ func TestRefundAgainstIdempotentStandIn(t *testing.T) {
 	t.Run("SlowAnswerIsAmbiguous", func(t *testing.T) {
 		t.Parallel()
 		s := newRefundStandIn(t)
-		s.misbehave("slow")
+		s.misbehave(fault{act: true, delay: 700 * time.Millisecond})
 		e := refundEffect(t, s.URL, 200*time.Millisecond)
 		_, err := e.Execute(ctx, req("pk_6", args))
 		class, code := classOf(t, err)
@@ -271,7 +228,7 @@ func TestRefundAgainstIdempotentStandIn(t *testing.T) {
 	t.Run("UnreadableAnswerIsAmbiguous", func(t *testing.T) {
 		t.Parallel()
 		s := newRefundStandIn(t)
-		s.misbehave("no_id")
+		s.misbehave(fault{act: true, status: http.StatusOK, body: `{"object":"refund"}`})
 		e := refundEffect(t, s.URL, time.Second)
 		_, err := e.Execute(ctx, req("pk_7", args))
 		class, code := classOf(t, err)
@@ -281,7 +238,8 @@ func TestRefundAgainstIdempotentStandIn(t *testing.T) {
 	t.Run("SecretNeverInAnError", func(t *testing.T) {
 		t.Parallel()
 		s := newRefundStandIn(t)
-		s.misbehave("echo_auth")
+		// A provider that quotes the request in its error.
+		s.misbehave(fault{status: http.StatusBadRequest, echo: true, body: `{"error": {"type": "invalid_request_error", "message": "bad request with ECHO"}}`})
 		e := refundEffect(t, s.URL, time.Second)
 		_, err := e.Execute(ctx, req("pk_8", args))
 		class, code := classOf(t, err)
@@ -389,11 +347,11 @@ func TestDeclaredTicketAgainstZendesk(t *testing.T) {
 	// found".
 	broken := strings.Replace(src, "items: body.tickets", "items: body.count", 1)
 	effs, err = Parse("effects.yaml", []byte(broken), &Config{LookupEnv: func(name string) (string, bool) {
-		return map[string]string{"ZENDESK_URL": z.URL(), "ZENDESK_AUTH": "x"}[name], true
+		return map[string]string{"ZENDESK_URL": z.URL(), "ZENDESK_AUTH": "YWdlbnRAZXhhbXBsZS5jb20vdG9rZW46dA=="}[name], true
 	}})
 	require.NoError(t, err)
 	_, ok, err = effs[0].Lookup(ctx, "pk_ticket_missing")
-	require.Error(t, err)
+	require.ErrorContains(t, err, `answered 200: items: "body.count" gave double, not a list`)
 	require.False(t, ok)
 }
 

@@ -16,17 +16,35 @@ import (
 	"time"
 )
 
-// The loopback stand-ins of the presets' providers. Each implements the
-// behaviour its preset's comment in presets.yaml cites from the provider's
-// documentation, no more, and counts the effects it performs, so that a
-// test can tell a replay or a merge from a second action. Each can be told
-// to misbehave: one fault per request, in order.
+// The loopback stand-ins of the providers that the presets (and the
+// declarations in these tests) call. Each implements the behaviour its
+// preset's comment in presets.yaml cites from the provider's documentation,
+// no more, and counts the effects it performs, so that a test can tell a
+// replay or a merge from a second action. Each can be told to misbehave:
+// one fault per request, in order.
+//
+// They are not internal/sandbox's stand-ins, which these tests use where
+// the provider is one of the sandbox's (Zendesk). A declaration's rules
+// classify a provider's own answers, so a fault here is any answer
+// (status, headers such as Retry-After, the provider's error body, a
+// refusal inside a 200, the request quoted back), and it meets look-ups as
+// well as effect requests. The sandbox runs inside outboxd for users
+// (OUTBOX_SANDBOX, its /_sandbox/faults control), where a fault is one of a
+// few kinds, answered as the provider would, and never meets a look-up;
+// test-only kinds there would be a fault vocabulary users see and no
+// provider has.
 
 // fault is an answer a stand-in gives instead of its own.
 type fault struct {
 	// act performs the effect first: an answer lost after the provider
 	// acted. Otherwise nothing is done.
-	act    bool
+	act bool
+	// delay holds the answer that long, or until the client goes away.
+	delay time.Duration
+	// reset closes the connection instead of answering.
+	reset bool
+	// status, header and body are the answer; a status of 0 answers the
+	// stand-in's own answer (after delay).
 	status int
 	header map[string]string
 	body   string
@@ -99,8 +117,7 @@ func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := s.handle(r, body)
-	if f != nil {
-		writeFault(w, r, body, f)
+	if f != nil && writeFault(w, r, body, f) {
 		return
 	}
 	for name, v := range a.header {
@@ -115,7 +132,26 @@ func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(raw)
 }
 
-func writeFault(w http.ResponseWriter, r *http.Request, body []byte, f *fault) {
+// writeFault answers f, after its delay: a reset or its answer. It reports
+// false for a fault without a status, which only delays the stand-in's own
+// answer, for the caller to write.
+func writeFault(w http.ResponseWriter, r *http.Request, body []byte, f *fault) bool {
+	if f.delay > 0 {
+		select {
+		case <-time.After(f.delay):
+		case <-r.Context().Done():
+			return true // nobody to answer
+		}
+	}
+	if f.reset {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return true
+	}
+	if f.status == 0 {
+		return false
+	}
 	out := f.body
 	if f.echo {
 		quoted, _ := json.Marshal(r.Header.Get("Authorization") + " " + r.URL.String() + " " + string(body))
@@ -127,6 +163,7 @@ func writeFault(w http.ResponseWriter, r *http.Request, body []byte, f *fault) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(f.status)
 	_, _ = w.Write([]byte(out))
+	return true
 }
 
 // canonicalJSON re-encodes a JSON document with sorted keys, so that two

@@ -68,16 +68,19 @@ func TestParseArgs(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []*email.Config{
-		nil,
-		{From: "a@example.com"},
-		{Addr: "localhost", From: "a@example.com"},
-		{Addr: "localhost:25"},
-		{Addr: "localhost:25", From: "nope"},
-		{Addr: "localhost:25", From: "a@example.com", TLS: "ssl"},
+	for _, tc := range []struct {
+		config *email.Config
+		want   string
+	}{
+		{nil, "Addr and From must be set"},
+		{&email.Config{From: "a@example.com"}, "Addr must be host:port"},
+		{&email.Config{Addr: "localhost", From: "a@example.com"}, "Addr must be host:port"},
+		{&email.Config{Addr: "localhost:25"}, "From must be an email address"},
+		{&email.Config{Addr: "localhost:25", From: "nope"}, "From must be an email address"},
+		{&email.Config{Addr: "localhost:25", From: "a@example.com", TLS: "ssl"}, `TLS must be starttls, tls or none, not "ssl"`},
 	} {
-		_, err := email.New(cfg)
-		require.Error(t, err, "config %+v", cfg)
+		_, err := email.New(tc.config)
+		require.ErrorContains(t, err, tc.want, "config %+v", tc.config)
 	}
 	e, err := email.New(&email.Config{Addr: "localhost:25", From: "Shop <shop@example.com>"})
 	require.NoError(t, err)

@@ -166,7 +166,7 @@ func TestExecuteAndLookup(t *testing.T) {
 		requireClass(t, err, effects.ClassPermanent, "http_401")
 		require.NotContains(t, err.Error(), "wrong-token")
 		_, _, err = bad.Lookup(context.Background(), "obx_t7")
-		require.Error(t, err)
+		requireClass(t, err, effects.ClassPermanent, "http_401")
 		require.Equal(t, 0, b.zendesk.Effects())
 	})
 
@@ -177,15 +177,22 @@ func TestExecuteAndLookup(t *testing.T) {
 		_, err := execute(t, b.effect, "obx_t8", 5*time.Second)
 		requireClass(t, err, effects.ClassNotSent, "connection_failed")
 		_, _, err = b.effect.Lookup(context.Background(), "obx_t8")
-		require.Error(t, err)
+		requireClass(t, err, effects.ClassNotSent, "connection_failed")
 	})
 }
 
 func TestNew(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []*ticket.Config{nil, {URL: "https://x.zendesk.com", Email: "a@example.com"}, {URL: "ftp://x", Email: "a", Token: "t"}} {
-		_, err := ticket.New(cfg)
-		require.Error(t, err)
+	for _, tc := range []struct {
+		config *ticket.Config
+		want   string
+	}{
+		{nil, "URL, Email and Token must be set"},
+		{&ticket.Config{URL: "https://x.zendesk.com", Email: "a@example.com"}, "URL, Email and Token must be set"},
+		{&ticket.Config{URL: "ftp://x", Email: "a", Token: "t"}, "URL must be an http or https URL"},
+	} {
+		_, err := ticket.New(tc.config)
+		require.ErrorContains(t, err, tc.want, "config %+v", tc.config)
 	}
 	e, err := ticket.New(&ticket.Config{URL: "https://x.zendesk.com/", Email: "a@example.com", Token: "t"})
 	require.NoError(t, err)

@@ -27,9 +27,14 @@ func TestSignStandardWebhooksVector(t *testing.T) {
 
 func TestParseSecret(t *testing.T) {
 	t.Parallel()
-	for _, s := range []string{"", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_", "whsec_not base64!"} {
+	for s, want := range map[string]string{
+		"":                                 "secret must start with whsec_",
+		"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw": "secret must start with whsec_",
+		"whsec_":                           "secret must be whsec_ followed by base64",
+		"whsec_not base64!":                "secret must be whsec_ followed by base64",
+	} {
 		_, err := webhook.ParseSecret(s)
-		require.Error(t, err, s)
+		require.EqualError(t, err, want, s)
 	}
 }
 
@@ -42,13 +47,20 @@ func TestParseEndpoints(t *testing.T) {
 		{Name: "audit", URL: "http://127.0.0.1:9000/a"},
 	}, eps)
 
-	for _, s := range []string{"", "orders", "=https://example.com", "bad name=https://example.com", "a=ftp://example.com",
-		"a=/relative", "a=https://example.com,a=https://example.org"} {
+	for s, want := range map[string]string{
+		"":                             "no endpoint",
+		"orders":                       "entry 1: must be name=url[;dedupe]",
+		"=https://example.com":         "entry 1: must be name=url[;dedupe]",
+		"bad name=https://example.com": "entry 1: must be name=url[;dedupe]",
+		"a=ftp://example.com":          "entry 1 (a): URL must be an absolute http or https URL",
+		"a=/relative":                  "entry 1 (a): URL must be an absolute http or https URL",
+		"a=https://example.com,a=https://example.org": "entry 2: endpoint a named twice",
+	} {
 		_, err := webhook.ParseEndpoints(s)
-		require.Error(t, err, s)
+		require.ErrorContains(t, err, want, s)
 	}
 	_, err = webhook.ParseEndpoints("a=notaurl?token=SECRET123")
-	require.Error(t, err)
+	require.ErrorContains(t, err, "URL must be an absolute http or https URL")
 	require.NotContains(t, err.Error(), "SECRET123", "errors never quote a URL")
 }
 
@@ -69,9 +81,9 @@ func TestGuarantee(t *testing.T) {
 	require.Equal(t, effects.GuaranteeAtMostOnce, newEffect(t, []webhook.Endpoint{dedupe, plain}, secret).Guarantee(),
 		"a mixed configuration is as weak as its weakest endpoint")
 	_, err := webhook.New(&webhook.Config{Endpoints: []webhook.Endpoint{dedupe}, Secret: "nope"})
-	require.Error(t, err)
+	require.ErrorContains(t, err, "secret must start with "+webhook.SecretPrefix)
 	_, err = webhook.New(&webhook.Config{Secret: secret})
-	require.Error(t, err)
+	require.ErrorContains(t, err, "Endpoints must be set")
 }
 
 func TestParseArgs(t *testing.T) {

@@ -36,7 +36,7 @@ func TestRole(t *testing.T) {
 	_, err := access.ParseRole("admin")
 	require.EqualError(t, err, `the role "admin" is not reader, agent or operator`)
 	_, err = access.ParseRole("Agent")
-	require.Error(t, err)
+	require.EqualError(t, err, `the role "Agent" is not reader, agent or operator`, "roles are lowercase")
 
 	var r access.Role
 	require.NoError(t, r.UnmarshalText([]byte("operator")))

@@ -55,7 +55,7 @@ func TestCanonicalize(t *testing.T) {
 		t.Run("Refuses"+name, func(t *testing.T) {
 			t.Parallel()
 			_, err := autokey.Canonicalize([]byte(in))
-			require.Error(t, err)
+			require.ErrorContains(t, err, "cannot be put in canonical form (RFC 8785)")
 		})
 	}
 }

@@ -14,23 +14,25 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/testrun"
 )
 
 func TestServeAPI(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
-	addr, logs, stop := serve(t, with(bundle.env, "OUTBOX_API_TOKENS", "s3cret-token-0123456:team-a"))
+	srv := testrun.Serve(t, with(bundle.env, "OUTBOX_API_TOKENS", "s3cret-token-0123456:team-a"))
 
-	status, body := httpGet(t, "http://"+addr+"/readyz")
+	status, body := httpGet(t, "http://"+srv.Addr+"/readyz")
 	require.Equal(t, http.StatusOK, status)
 	require.JSONEq(t, `{"status": "ready"}`, body)
 
-	status, body = httpGet(t, "http://"+addr+"/v1/intents")
+	status, body = httpGet(t, "http://"+srv.Addr+"/v1/intents")
 	require.Equal(t, http.StatusUnauthorized, status)
 	require.Contains(t, body, `"code":"unauthorized"`)
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/v1/intents",
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+srv.Addr+"/v1/intents",
 		strings.NewReader(`{"effect": "noop", "args": {"n": 1}}`))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer s3cret-token-0123456")
@@ -45,8 +47,8 @@ func TestServeAPI(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, `"state": "succeeded"`)
 
-	require.Equal(t, 0, stop())
-	require.NotContains(t, logs.String(), "s3cret-token", "tokens never reach the logs")
+	require.Equal(t, 0, srv.Stop())
+	require.NotContains(t, srv.Logs(), "s3cret-token", "tokens never reach the logs")
 }
 
 func TestServeRefusesOpenAPI(t *testing.T) {
@@ -82,12 +84,12 @@ func TestServeRoles(t *testing.T) {
 	sum := sha256.Sum256([]byte(operator))
 	file := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(file, []byte("# rotated 2026-12-01\n\nsha256:"+hex.EncodeToString(sum[:])+":team-a:operator\n"), 0o600))
-	addr, logs, stop := serve(t, with(bundle.env,
+	srv := testrun.Serve(t, with(bundle.env,
 		"OUTBOX_API_TOKENS", reader+":team-a:reader,"+agent+":team-a",
 		"OUTBOX_API_TOKENS_FILE", file))
 	call := func(token, method, path, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, "http://"+addr+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), method, "http://"+srv.Addr+path, strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Idempotency-Key", "roles-1")
@@ -125,7 +127,7 @@ func TestServeRoles(t *testing.T) {
 
 	// MCP: a reader's token lists the tools but cannot call a mutating one.
 	transport := &mcp.StreamableClientTransport{
-		Endpoint:   "http://" + addr + "/mcp",
+		Endpoint:   "http://" + srv.Addr + "/mcp",
 		HTTPClient: &http.Client{Transport: bearerTransport(reader)},
 		MaxRetries: -1,
 	}
@@ -149,12 +151,12 @@ func TestServeRoles(t *testing.T) {
 		require.Contains(t, res.Content[0].(*mcp.TextContent).Text, "forbidden: ", tool.Name)
 	}
 
-	require.Equal(t, 0, stop())
+	require.Equal(t, 0, srv.Stop())
 	// The resolution is logged at info, naming the token by its
 	// fingerprint.
-	require.Regexp(t, `"level":"INFO","msg":"intent resolved","namespace":"team-a","key":"roles-1","intent_id":\d+,"outcome":"failed","by":"api:sha256:`+hex.EncodeToString(sum[:6])+`"}`, logs.String())
+	require.Regexp(t, `"level":"INFO","msg":"intent resolved","namespace":"team-a","key":"roles-1","intent_id":\d+,"outcome":"failed","by":"api:sha256:`+hex.EncodeToString(sum[:6])+`"}`, srv.Logs())
 	for _, secret := range []string{reader, agent, operator} {
-		require.NotContains(t, logs.String(), secret, "tokens never reach the logs")
+		require.NotContains(t, srv.Logs(), secret, "tokens never reach the logs")
 	}
 }
 
@@ -201,10 +203,10 @@ func TestServeAuthFailures(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
-	addr, logs, stop := serve(t, with(bundle.env, "OUTBOX_API_TOKENS", "a-real-token-0123456:default"))
+	srv := testrun.Serve(t, with(bundle.env, "OUTBOX_API_TOKENS", "a-real-token-0123456:default"))
 	const guesses = 10
 	for i := range guesses {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/v1/intents", nil)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+srv.Addr+"/v1/intents", nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", fmt.Sprintf("Bearer guess-%02d-0123456789", i))
 		resp, err := http.DefaultClient.Do(req)
@@ -214,7 +216,7 @@ func TestServeAuthFailures(t *testing.T) {
 	}
 	// The eleventh guess from the address is slowed: 429 with
 	// Retry-After, the token not even checked (F10).
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/v1/intents", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+srv.Addr+"/v1/intents", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer a-real-token-0123456")
 	resp, err := http.DefaultClient.Do(req)
@@ -222,15 +224,15 @@ func TestServeAuthFailures(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	require.NotEmpty(t, resp.Header.Get("Retry-After"))
 	require.NoError(t, resp.Body.Close())
-	status, body := httpGet(t, "http://"+addr+"/metrics")
+	status, body := httpGet(t, "http://"+srv.Addr+"/metrics")
 	require.Equal(t, http.StatusOK, status, "a request without credentials is never slowed")
 	require.Contains(t, body, fmt.Sprintf("\noutbox_http_auth_failures_total %d\n", guesses))
 
-	require.Equal(t, 0, stop())
-	logged := strings.Count(logs.String(), `"msg":"API authentication failed","remote_addr":"127.0.0.1"`)
+	require.Equal(t, 0, srv.Stop())
+	logged := strings.Count(srv.Logs(), `"msg":"API authentication failed","remote_addr":"127.0.0.1"`)
 	// Ten refusals within moments: one line, or a few on a machine that
 	// stalled for seconds between them, never one each.
 	require.GreaterOrEqual(t, logged, 1)
 	require.Less(t, logged, guesses/2)
-	require.NotContains(t, logs.String(), "guess-0")
+	require.NotContains(t, srv.Logs(), "guess-0")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -26,10 +27,10 @@ func TestServeApprovals(t *testing.T) {
 	env := with(bundle.env,
 		"OUTBOX_API_TOKENS", agent+":team-a,"+operator+":team-a:operator",
 		"OUTBOX_APPROVAL", "noop:amount>=10000,charge:amount>=10000")
-	addr, logs, stop := serve(t, env)
+	srv := testrun.Serve(t, env)
 	call := func(token, method, path, key, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, "http://"+addr+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), method, "http://"+srv.Addr+path, strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+token)
 		if key != "" {
@@ -69,7 +70,7 @@ func TestServeApprovals(t *testing.T) {
 	// MCP: the agent's charge waits too, the answer says what to do, and
 	// no tool approves.
 	transport := &mcp.StreamableClientTransport{
-		Endpoint:   "http://" + addr + "/mcp",
+		Endpoint:   "http://" + srv.Addr + "/mcp",
 		HTTPClient: &http.Client{Transport: bearerTransport(agent)},
 		MaxRetries: -1,
 	}
@@ -136,16 +137,16 @@ func TestServeApprovals(t *testing.T) {
 	require.Contains(t, out.stdout, `"key": "cli-1"`)
 	require.NotContains(t, out.stdout, `"key": "big-2"`)
 
-	status, body = httpGet(t, "http://"+addr+"/metrics")
+	status, body = httpGet(t, "http://"+srv.Addr+"/metrics")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, `outbox_approvals_total{decision="approved"} 1`+"\n", "approvals recorded by this server")
 	require.Contains(t, body, `outbox_approvals_total{decision="expired"} 0`)
 	require.Contains(t, body, `outbox_intents{state="awaiting_approval"}`)
 
-	require.Equal(t, 0, stop())
-	require.Contains(t, logs.String(), `"msg":"approval rules in force","rules":"noop:amount>=10000,charge:amount>=10000"`)
-	require.Contains(t, logs.String(), `"msg":"intent approved"`)
-	require.NotContains(t, logs.String(), operator)
+	require.Equal(t, 0, srv.Stop())
+	require.Contains(t, srv.Logs(), `"msg":"approval rules in force","rules":"noop:amount>=10000,charge:amount>=10000"`)
+	require.Contains(t, srv.Logs(), `"msg":"intent approved"`)
+	require.NotContains(t, srv.Logs(), operator)
 }
 
 func TestServeRefusesABadApprovalRule(t *testing.T) {

@@ -2,14 +2,12 @@ package cli_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"maps"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sethvargo/go-envconfig"
 	"github.com/stretchr/testify/require"
@@ -89,14 +87,6 @@ func decode[T any](t *testing.T, s string) *T {
 	var v T
 	require.NoError(t, json.Unmarshal([]byte(s), &v), "output: %s", s)
 	return &v
-}
-
-func (b *testBundle) countIntents(t *testing.T) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(),
-		"SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()).Scan(&n))
-	return n
 }
 
 func TestHelp(t *testing.T) {

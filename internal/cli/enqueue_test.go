@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/cli"
+	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -42,14 +43,14 @@ func TestEnqueue(t *testing.T) {
 		second := decode[enqueued](t, res.stdout)
 		require.True(t, second.Duplicate)
 		require.Equal(t, first.ID, second.ID)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 		res = bundle.run(t, "enqueue", "--key", "order-1", "--effect", "noop", "--args", `{"n": 2}`)
 		require.Equal(t, cli.ExitRefused, res.code)
 		require.Empty(t, res.stdout)
 		require.True(t, strings.HasPrefix(res.stderr, "outboxd: idempotency_key_reused: "), res.stderr)
 		require.Equal(t, 1, strings.Count(res.stderr, "\n"))
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("Errors", func(t *testing.T) {
@@ -77,7 +78,7 @@ func TestEnqueue(t *testing.T) {
 				require.Equal(t, 1, strings.Count(res.stderr, "\n"))
 			})
 		}
-		require.Equal(t, 0, bundle.countIntents(t))
+		require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("ArgsFromFileAndStdin", func(t *testing.T) {
@@ -106,7 +107,7 @@ func TestEnqueue(t *testing.T) {
 		res = bundle.run(t, "enqueue", "--key", "k", "--effect", "noop", "--args", "{}", "--namespace", "tenant-b")
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Equal(t, "tenant-b", decode[enqueued](t, res.stdout).Namespace)
-		require.Equal(t, 2, bundle.countIntents(t))
+		require.Equal(t, 2, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("WithoutEffects", func(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/testrun"
 )
 
 // With OUTBOX_ADMIN_ADDR, the public port serves only /v1/ and /mcp, and
@@ -29,13 +31,13 @@ func TestServeAdminListenerAndTLS(t *testing.T) {
 	bundle := setup(t)
 	certFile, keyFile, pool := selfSignedCert(t)
 	const token = "listeners-token-0123456"
-	addr, logs, stop := serve(t, with(bundle.env,
+	srv := testrun.Serve(t, with(bundle.env,
 		"OUTBOX_API_TOKENS", token+":default",
 		"OUTBOX_ADMIN_ADDR", "127.0.0.1:0",
 		"OUTBOX_TLS_CERT_FILE", certFile, "OUTBOX_TLS_KEY_FILE", keyFile))
-	admin := logs.AdminAddr()
+	admin := srv.AdminAddr()
 	require.NotEmpty(t, admin)
-	require.NotEqual(t, addr, admin)
+	require.NotEqual(t, srv.Addr, admin)
 
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	get := func(c *http.Client, url string, token string) int {
@@ -52,12 +54,12 @@ func TestServeAdminListenerAndTLS(t *testing.T) {
 	}
 
 	// Public, over TLS: the API only.
-	require.Equal(t, http.StatusOK, get(client, "https://"+addr+"/v1/intents", token))
+	require.Equal(t, http.StatusOK, get(client, "https://"+srv.Addr+"/v1/intents", token))
 	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/riverui/"} {
-		require.Equal(t, http.StatusNotFound, get(client, "https://"+addr+path, ""), path)
+		require.Equal(t, http.StatusNotFound, get(client, "https://"+srv.Addr+path, ""), path)
 	}
 	// Plain HTTP on the TLS port is refused.
-	resp, err := http.Get("http://" + addr + "/v1/intents") //nolint:noctx // a refusal
+	resp, err := http.Get("http://" + srv.Addr + "/v1/intents") //nolint:noctx // a refusal
 	if err == nil {
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 		require.NoError(t, resp.Body.Close())
@@ -69,8 +71,8 @@ func TestServeAdminListenerAndTLS(t *testing.T) {
 	}
 	require.Equal(t, http.StatusNotFound, get(http.DefaultClient, "http://"+admin+"/v1/intents", token))
 
-	require.Equal(t, 0, stop())
-	require.NotContains(t, logs.String(), token)
+	require.Equal(t, 0, srv.Stop())
+	require.NotContains(t, srv.Logs(), token)
 }
 
 // A certificate that cannot be loaded, or one file without the other, stops

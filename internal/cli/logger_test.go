@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -22,7 +23,7 @@ func TestServeLogsRedacted(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(sink.Close)
 	_, schema := testdb.MigratedSchema(t)
-	addr, logs, stop := serve(t, map[string]string{
+	srv := testrun.Serve(t, map[string]string{
 		"DATABASE_URL":      testdb.URL(t),
 		"OUTBOX_SCHEMA":     schema,
 		"OUTBOX_SMTP_ADDR":  sink.Addr(),
@@ -31,7 +32,7 @@ func TestServeLogsRedacted(t *testing.T) {
 		"OUTBOX_LOG_LEVEL":  "debug",
 		"OUTBOX_LOG_FORMAT": "json",
 	})
-	api := "http://" + addr + "/v1/intents"
+	api := "http://" + srv.Addr + "/v1/intents"
 
 	// Personal data: distinctive, so that any trace of it is found.
 	secrets := []string{
@@ -74,8 +75,8 @@ func TestServeLogsRedacted(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Equal(t, 2, sink.Effects()) // the one sent, and the one whose outcome was lost
 
-	require.Equal(t, 0, stop())
-	out := logs.String()
+	require.Equal(t, 0, srv.Stop())
+	out := srv.Logs()
 	// The run was logged, at debug level, state changes and all.
 	require.Contains(t, out, `"level":"DEBUG","msg":"intent state changed"`)
 	require.Contains(t, out, `"level":"WARN","msg":"intent attempt failed"`)

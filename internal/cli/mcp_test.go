@@ -9,9 +9,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -68,12 +71,12 @@ func TestMCPStdio(t *testing.T) {
 		require.Len(t, annotations, 2)
 		require.True(t, annotations["get_intent"].ReadOnlyHint)
 		require.True(t, annotations["list_intents"].ReadOnlyHint)
-		before := bundle.countIntents(t)
+		before := testdb.CountIntents(t, bundle.pool, bundle.schema)
 		_, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "charge_card", Arguments: map[string]any{
 			"customer": "cus_1", "amount": 1999, "currency": "eur", "idempotency_key": "stdio-charge",
 		}})
-		require.Error(t, err, "no such tool")
-		require.Equal(t, before, bundle.countIntents(t))
+		require.ErrorIs(t, err, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams}, "no such tool")
+		require.Equal(t, before, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 		// Closing stdin ends the process, cleanly.
 		require.NoError(t, cs.Close())
@@ -118,7 +121,7 @@ func TestMCPStdio(t *testing.T) {
 		call, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "charge_card", Arguments: args})
 		require.NoError(t, err)
 		require.False(t, call.IsError, "%s; stderr: %s", structuredJSON(t, call), stderr)
-		before := bundle.countIntents(t)
+		before := testdb.CountIntents(t, bundle.pool, bundle.schema)
 
 		args["idempotency_key"] = "stdio-model-2"
 		call, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "charge_card", Arguments: args})
@@ -126,7 +129,7 @@ func TestMCPStdio(t *testing.T) {
 		require.True(t, call.IsError)
 		require.Contains(t, structuredJSON(t, call), `"code":"possible_duplicate"`)
 		require.Contains(t, structuredJSON(t, call), `"key":"stdio-model-1"`)
-		require.Equal(t, before, bundle.countIntents(t))
+		require.Equal(t, before, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("GetIntentWaits", func(t *testing.T) {
@@ -139,8 +142,8 @@ func TestMCPStdio(t *testing.T) {
 		require.False(t, call.IsError, "%s", structuredJSON(t, call))
 
 		// serve carries the intent out while get_intent waits for it.
-		_, _, stop := serve(t, bundle.env)
-		defer stop()
+		srv := testrun.Serve(t, bundle.env)
+		defer srv.Stop()
 		call, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get_intent", Arguments: map[string]any{"key": "stdio-1", "wait_seconds": 30}})
 		require.NoError(t, err)
 		require.False(t, call.IsError, "%s; stderr: %s", structuredJSON(t, call), stderr)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/cli"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -95,8 +96,8 @@ func TestServeMetrics(t *testing.T) {
 	// to wait for.
 	cli.SetGaugeRefreshInterval(200 * time.Millisecond)
 	bundle := setup(t)
-	addr, _, stop := serve(t, bundle.env)
-	api := "http://" + addr + "/v1/intents"
+	srv := testrun.Serve(t, bundle.env)
+	api := "http://" + srv.Addr + "/v1/intents"
 
 	enqueue := func(key, effect, args string) (int, *outbox.Intent) {
 		return apiCall(t, http.MethodPost, api, key, `{"effect": "`+effect+`", "args": `+args+`}`)
@@ -144,7 +145,7 @@ func TestServeMetrics(t *testing.T) {
 
 	var families map[string]*dto.MetricFamily
 	require.Eventually(t, func() bool {
-		families = scrape(t, addr)
+		families = scrape(t, srv.Addr)
 		return metricValue(families, "outbox_intents", "state", "cancelled") == 1 &&
 			metricValue(families, "outbox_effect_attempts_total", "effect", "noop", "outcome", "not_sent") >= 2
 	}, 20*time.Second, 100*time.Millisecond)
@@ -207,12 +208,12 @@ func TestServeMetrics(t *testing.T) {
 	// The last intent may still be on its way to a job when the first
 	// scrape came: wait for the count rather than count on timing.
 	require.Eventually(t, func() bool {
-		return metricValue(scrape(t, addr), "outbox_intents_drained_total") == 7
+		return metricValue(scrape(t, srv.Addr), "outbox_intents_drained_total") == 7
 	}, 30*time.Second, 100*time.Millisecond, "the drain never counted the 7 intents")
 	require.Equal(t, (24 * time.Hour).Seconds(), metricValue(families, "outbox_approval_ttl_seconds"))
 	require.Equal(t, 0.0, metricValue(families, "outbox_oldest_awaiting_approval_age_seconds"))
 	require.Eventually(t, func() bool {
-		return metricValue(scrape(t, addr), "outbox_leader") == 1
+		return metricValue(scrape(t, srv.Addr), "outbox_leader") == 1
 	}, 30*time.Second, 200*time.Millisecond, "serve never reported itself River's leader")
-	require.Equal(t, 0, stop())
+	require.Equal(t, 0, srv.Stop())
 }

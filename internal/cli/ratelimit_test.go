@@ -25,8 +25,11 @@ func TestParseRateLimit(t *testing.T) {
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
 	}
-	for _, in := range []string{"-1", "abc", "NaN", "Inf", "1:0", "1:-2", "1:x", "1:2:3", ":5"} {
+	for in, want := range map[string]string{
+		"-1": `the rate "-1"`, "abc": `the rate "abc"`, "NaN": `the rate "NaN"`, "Inf": `the rate "Inf"`, ":5": `the rate ""`,
+		"1:0": `the burst "0"`, "1:-2": `the burst "-2"`, "1:x": `the burst "x"`, "1:2:3": `the burst "2:3"`,
+	} {
 		_, err := cli.ParseRateLimit(in)
-		require.Error(t, err, in)
+		require.ErrorContains(t, err, want, in)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -43,8 +44,8 @@ func TestRiverUI(t *testing.T) {
 
 	bundle := setup(t)
 	const user, password = "operator", "correct horse battery staple"
-	addr, logs, stop := serve(t, with(bundle.env, "OUTBOX_UI_USER", user, "OUTBOX_UI_PASSWORD", password))
-	base := "http://" + addr + "/riverui"
+	srv := testrun.Serve(t, with(bundle.env, "OUTBOX_UI_USER", user, "OUTBOX_UI_PASSWORD", password))
+	base := "http://" + srv.Addr + "/riverui"
 
 	res := bundle.run(t, "enqueue", "--key", "ui-1", "--effect", "noop", "--args", `{"customer": "Ada Lovelace"}`)
 	require.Equal(t, 0, res.code, res.stderr)
@@ -77,7 +78,7 @@ func TestRiverUI(t *testing.T) {
 		require.Contains(t, body, `/riverui/assets/`)
 
 		// /riverui redirects to /riverui/.
-		resp, _ = uiGet(t, http.MethodGet, "http://"+addr+"/riverui", user, password, nil)
+		resp, _ = uiGet(t, http.MethodGet, "http://"+srv.Addr+"/riverui", user, password, nil)
 		require.GreaterOrEqual(t, resp.StatusCode, 300)
 		require.Less(t, resp.StatusCode, 400)
 		require.Equal(t, "/riverui/", resp.Header.Get("Location"))
@@ -137,23 +138,23 @@ func TestRiverUI(t *testing.T) {
 		resp, _ := uiGet(t, http.MethodPost, base+"/api/jobs/cancel", user, password, nil)
 		require.Less(t, resp.StatusCode, 500)
 		// Every refused request above was counted.
-		status, body := httpGet(t, "http://"+addr+"/metrics")
+		status, body := httpGet(t, "http://"+srv.Addr+"/metrics")
 		require.Equal(t, http.StatusOK, status)
 		require.Contains(t, body, "\noutbox_http_auth_failures_total 7\n")
 	})
 
-	require.Equal(t, 0, stop())
-	require.NotContains(t, logs.String(), password)
-	require.Contains(t, logs.String(), `"msg":"River UI change","method":"POST","path":"/riverui/api/jobs/cancel","user":"operator"`)
-	require.NotContains(t, logs.String(), `"msg":"River UI change","method":"GET"`)
+	require.Equal(t, 0, srv.Stop())
+	require.NotContains(t, srv.Logs(), password)
+	require.Contains(t, srv.Logs(), `"msg":"River UI change","method":"POST","path":"/riverui/api/jobs/cancel","user":"operator"`)
+	require.NotContains(t, srv.Logs(), `"msg":"River UI change","method":"GET"`)
 }
 
 func TestRiverUILoopbackOnly(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
-	addr, _, stop := serve(t, bundle.env)
-	base := "http://" + addr + "/riverui"
+	srv := testrun.Serve(t, bundle.env)
+	base := "http://" + srv.Addr + "/riverui"
 
 	// Without credentials: loopback only, and only with a loopback Host (a
 	// page whose DNS name was rebound to 127.0.0.1 has its own name as Host).
@@ -164,7 +165,7 @@ func TestRiverUILoopbackOnly(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	resp, _ = uiGet(t, http.MethodGet, base+"/", "", "", map[string]string{"Host": "rebound.example:8080"})
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	require.Equal(t, 0, stop())
+	require.Equal(t, 0, srv.Stop())
 }
 
 func TestServeRefusesRiverUI(t *testing.T) {

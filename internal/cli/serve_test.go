@@ -2,122 +2,19 @@ package cli_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
-	"maps"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/sethvargo/go-envconfig"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/internal/cli"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
-
-// logWriter collects a serve's JSON logs and reports the address of its
-// "outboxd serving" line on serving.
-type logWriter struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	partial []byte
-	serving chan string
-	// adminAddr is the serving line's admin_addr, if any.
-	adminAddr string
-}
-
-func newLogWriter() *logWriter { return &logWriter{serving: make(chan string, 1)} }
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		var line struct {
-			Msg       string `json:"msg"`
-			Addr      string `json:"addr"`
-			AdminAddr string `json:"admin_addr"`
-		}
-		if json.Unmarshal(w.partial[:i], &line) == nil && line.Msg == "outboxd serving" {
-			w.adminAddr = line.AdminAddr
-			w.serving <- line.Addr
-		}
-		w.partial = w.partial[i+1:]
-	}
-	return len(p), nil
-}
-
-// AdminAddr is the admin listener's address, once serving.
-func (w *logWriter) AdminAddr() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.adminAddr
-}
-
-func (w *logWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
-// serve runs outboxd serve with env until the returned stop is called, which
-// returns serve's exit code, and returns the HTTP server's address.
-func serve(t *testing.T, env map[string]string) (addr string, logs *logWriter, stop func() int) {
-	t.Helper()
-	env = with(env, "OUTBOX_HTTP_ADDR", "127.0.0.1:0", "OUTBOX_LOG_FORMAT", "json", "OUTBOX_EFFECT_TIMEOUT", "5s")
-	if _, set := env["OUTBOX_ALLOW_NO_AUTH"]; !set && env["OUTBOX_API_TOKENS"] == "" {
-		// On loopback, without tokens: the tests are this machine's.
-		env = with(env, "OUTBOX_ALLOW_NO_AUTH", "true")
-	}
-	logs = newLogWriter()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.Run(ctx, []string{"serve"}, &cli.RunOpts{
-			Lookuper: envconfig.MapLookuper(maps.Clone(env)),
-			Stderr:   logs,
-			Stdout:   io.Discard,
-		})
-	}()
-	stopped := false
-	stop = func() int {
-		cancel()
-		select {
-		case code := <-done:
-			stopped = true
-			return code
-		case <-time.After(30 * time.Second):
-			t.Fatalf("serve did not stop; logs:\n%s", logs)
-			return -1
-		}
-	}
-	t.Cleanup(func() {
-		if !stopped {
-			stop()
-		}
-	})
-	select {
-	case addr = <-logs.serving:
-	case code := <-done:
-		stopped = true
-		t.Fatalf("serve exited with %d; logs:\n%s", code, logs)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not start; logs:\n%s", logs)
-	}
-	return addr, logs, stop
-}
 
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -135,9 +32,9 @@ func TestServe(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
-	addr, logs, stop := serve(t, bundle.env)
+	srv := testrun.Serve(t, bundle.env)
 
-	status, body := httpGet(t, "http://"+addr+"/healthz")
+	status, body := httpGet(t, "http://"+srv.Addr+"/healthz")
 	require.Equal(t, http.StatusOK, status)
 	require.JSONEq(t, `{"status":"ok"}`, body)
 
@@ -160,17 +57,17 @@ func TestServe(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Equal(t, outbox.StateSucceeded, decode[outbox.Intent](t, res.stdout).State)
 
-	status, body = httpGet(t, "http://"+addr+"/metrics")
+	status, body = httpGet(t, "http://"+srv.Addr+"/metrics")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, `outbox_effect_attempts_total{effect="noop",outcome="succeeded"} 1`)
 	require.Contains(t, body, "go_goroutines")
 	require.Contains(t, body, "process_start_time_seconds")
 
-	status, _ = httpGet(t, "http://"+addr+"/nothing")
+	status, _ = httpGet(t, "http://"+srv.Addr+"/nothing")
 	require.Equal(t, http.StatusNotFound, status)
 
-	require.Equal(t, 0, stop())
-	out := logs.String()
+	require.Equal(t, 0, srv.Stop())
+	out := srv.Logs()
 	for _, effect := range []string{"noop", "noop_reconcilable", "noop_at_most_once"} {
 		require.Contains(t, out, `"msg":"effect enabled","effect":"`+effect+`"`)
 	}
@@ -189,9 +86,9 @@ func TestServeAutoMigrate(t *testing.T) {
 		"OUTBOX_SANDBOX":      "true",
 		"OUTBOX_SCHEMA":       testdb.Schema(t),
 	}
-	_, logs, stop := serve(t, env)
-	require.Equal(t, 0, stop())
-	require.Contains(t, logs.String(), `"msg":"applied migration","component":"outbox","version":1,"name":"intents"`)
+	srv := testrun.Serve(t, env)
+	require.Equal(t, 0, srv.Stop())
+	require.Contains(t, srv.Logs(), `"msg":"applied migration","component":"outbox","version":1,"name":"intents"`)
 
 	res := runEnv(t, env, nil, "migrate", "status")
 	require.Contains(t, res.stdout, "\nup to date\n")
@@ -235,10 +132,10 @@ func TestServeRefuses(t *testing.T) {
 	t.Run("AddressInUse", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		addr, _, _ := serve(t, bundle.env)
-		res := runEnv(t, with(bundle.env, "OUTBOX_HTTP_ADDR", addr), nil, "serve")
+		srv := testrun.Serve(t, bundle.env)
+		res := runEnv(t, with(bundle.env, "OUTBOX_HTTP_ADDR", srv.Addr), nil, "serve")
 		require.Equal(t, 1, res.code)
-		require.Contains(t, lastLine(res.stderr), "outboxd: error listening on "+addr)
+		require.Contains(t, lastLine(res.stderr), "outboxd: error listening on "+srv.Addr)
 	})
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/testrun"
 )
 
 // TestServeVersionEverywhere: outbox_build_info's version is the one on
@@ -15,8 +17,8 @@ func TestServeVersionEverywhere(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
-	addr, logs, stop := serve(t, bundle.env)
-	info := scrape(t, addr)["outbox_build_info"].GetMetric()
+	srv := testrun.Serve(t, bundle.env)
+	info := scrape(t, srv.Addr)["outbox_build_info"].GetMetric()
 	require.Len(t, info, 1)
 	var version string
 	for _, l := range info[0].GetLabel() {
@@ -25,10 +27,10 @@ func TestServeVersionEverywhere(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, version)
-	require.Equal(t, 0, stop())
+	require.Equal(t, 0, srv.Stop())
 
 	serving := 0
-	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(srv.Logs()), "\n") {
 		var record map[string]any
 		require.NoError(t, json.Unmarshal([]byte(line), &record), line)
 		if record["msg"] == "outboxd serving" {

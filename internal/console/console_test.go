@@ -16,7 +16,6 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/console"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -52,17 +51,8 @@ type testBundle struct {
 // the bundle's tokens and River UI user (nil config) or config.
 func setup(t *testing.T, config *console.Config) *testBundle {
 	t.Helper()
-	pool, schema := testdb.MigratedSchema(t)
-	var list []effects.Effect
-	for name, g := range map[string]effects.Guarantee{"noop": effects.GuaranteeDeduplicated, "email": effects.GuaranteeAtMostOnce} {
-		e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: pool, Schema: schema})
-		require.NoError(t, err)
-		list = append(list, e)
-	}
-	registry, err := effects.NewRegistry(list...)
-	require.NoError(t, err)
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Schema: schema})
-	require.NoError(t, err)
+	env := testdb.NewEnv(t, map[string]effects.Guarantee{"noop": effects.GuaranteeDeduplicated, "email": effects.GuaranteeAtMostOnce})
+	pool, schema, client := env.Pool, env.Schema, env.Client
 	if config == nil {
 		config = &console.Config{Tokens: tokens, UIUser: uiUser, UIPassword: uiPassword}
 	}
@@ -377,6 +367,7 @@ func TestResolve(t *testing.T) {
 
 	a := b.request(t, http.MethodPost, "/console/intents/alpha/lost-email/resolve", url.Values{"outcome": {"maybe"}, "note": {"?"}}, operator)
 	require.Equal(t, http.StatusBadRequest, a.status)
+	require.Contains(t, a.body, "<title>Error: invalid_args")
 	a = b.request(t, http.MethodPost, "/console/intents/alpha/lost-email/resolve", url.Values{"outcome": {"succeeded"}, "note": {"in the mailbox, 10:42"}}, operator)
 	require.Equal(t, http.StatusSeeOther, a.status, a.body)
 	got := b.get(t, "alpha", "lost-email")
@@ -402,10 +393,13 @@ func TestCrossOrigin(t *testing.T) {
 	require.Contains(t, a.body, "cross_origin_refused")
 	a = b.request(t, http.MethodPost, "/console/intents/alpha/big-charge/approve", form, operator, "Sec-Fetch-Site", "same-site")
 	require.Equal(t, http.StatusForbidden, a.status, "a sibling on another port is another origin")
+	require.Contains(t, a.body, "<title>Error: cross_origin_refused")
 	a = b.request(t, http.MethodPost, "/console/intents/alpha/big-charge/approve", form, operator, "Origin", "https://evil.example")
 	require.Equal(t, http.StatusForbidden, a.status)
+	require.Contains(t, a.body, "<title>Error: cross_origin_refused")
 	a = b.request(t, http.MethodPost, "/console/login", url.Values{"token": {tokenOperator}}, nil, "Sec-Fetch-Site", "cross-site")
 	require.Equal(t, http.StatusForbidden, a.status, "no sign-in on another site's behalf")
+	require.Contains(t, a.body, "<title>Error: cross_origin_refused")
 	require.Equal(t, outbox.StateAwaitingApproval, b.get(t, "alpha", "big-charge").State)
 
 	a = b.request(t, http.MethodPost, "/console/intents/alpha/big-charge/approve", form, operator, "Sec-Fetch-Site", "same-origin")
@@ -436,6 +430,7 @@ func TestBulkCancel(t *testing.T) {
 
 	a := b.request(t, http.MethodPost, "/console/bulk/cancel", url.Values{"key": {"order-"}, "count": {"3"}, "note": {"duplicate orders"}}, operator)
 	require.Equal(t, http.StatusBadRequest, a.status, "not confirmed")
+	require.Contains(t, a.body, "<title>Error: invalid_args")
 	a = b.request(t, http.MethodPost, "/console/bulk/cancel", url.Values{"key": {"order-"}, "count": {"2"}, "confirm": {"yes"}, "note": {"x"}}, operator)
 	require.Equal(t, http.StatusSeeOther, a.status, "more match than were confirmed: the preview again")
 	require.Equal(t, outbox.StatePending, b.get(t, "alpha", "order-1").State)

@@ -2,18 +2,14 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -67,21 +63,10 @@ func FuzzEnqueue(f *testing.F) {
 		f.Add(seed.key, []byte(seed.body))
 	}
 
-	pool, schema := testdb.MigratedSchema(f)
-	effect, err := noop.New(&noop.Config{Pool: pool, Schema: schema})
+	env := testdb.NewEnv(f, nil)
+	handler, err := newHandler(env.Pool, env.Client, &apiConfig{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator)}})
 	require.NoError(f, err)
-	registry, err := effects.NewRegistry(effect)
-	require.NoError(f, err)
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Schema: schema})
-	require.NoError(f, err)
-	handler, err := newHandler(pool, client, &apiConfig{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator)}})
-	require.NoError(f, err)
-	count := func(t *testing.T) int {
-		var n int
-		require.NoError(t, pool.QueryRow(context.Background(),
-			"SELECT count(*) FROM "+pgx.Identifier{schema, "outbox_intent"}.Sanitize()).Scan(&n))
-		return n
-	}
+	count := func(t *testing.T) int { return testdb.CountIntents(t, env.Pool, env.Schema) }
 
 	f.Fuzz(func(t *testing.T, key string, body []byte) {
 		before := count(t)

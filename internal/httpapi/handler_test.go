@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,11 +23,11 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -51,28 +52,36 @@ type testBundle struct {
 // webhook, for /mcp's tools.
 func setup(t *testing.T, config *apiConfig) *testBundle {
 	t.Helper()
-	pool, schema := testdb.MigratedSchema(t)
-	b := &testBundle{pool: pool, schema: schema}
-	var list []effects.Effect
-	for name, g := range map[string]effects.Guarantee{
+	return setupTraced(t, config, nil)
+}
+
+// setupTraced is setup with tracer on the pool that the handler and its
+// client use (the shared pool when tracer is nil).
+func setupTraced(t *testing.T, config *apiConfig, tracer pgx.QueryTracer) *testBundle {
+	t.Helper()
+	env := testdb.NewEnv(t, map[string]effects.Guarantee{
 		"noop": effects.GuaranteeDeduplicated, "noop_at_most_once": effects.GuaranteeAtMostOnce, "charge": effects.GuaranteeDeduplicated,
 		// noops by the names of the other MCP tools' effects, so that
 		// /mcp lists every tool.
 		"email": effects.GuaranteeAtMostOnce, "ticket": effects.GuaranteeAtMostOnce, "webhook": effects.GuaranteeAtMostOnce,
-	} {
-		e, err := noop.New(&noop.Config{Name: name, Guarantee: g, Pool: pool, Schema: schema})
-		require.NoError(t, err)
-		list = append(list, e)
-	}
+	})
+	b := &testBundle{client: env.Client, pool: env.Pool, registry: env.Registry, schema: env.Schema}
 	var err error
-	b.registry, err = effects.NewRegistry(list...)
-	require.NoError(t, err)
-	b.client, err = outbox.NewClient(pool, &outbox.Config{Effects: b.registry, Schema: schema})
-	require.NoError(t, err)
+	if tracer != nil {
+		poolConfig, err := pgxpool.ParseConfig(testdb.URL(t))
+		require.NoError(t, err)
+		poolConfig.ConnConfig.Tracer = tracer
+		b.pool, err = pgxpool.NewWithConfig(context.Background(), poolConfig)
+		require.NoError(t, err)
+		// Registered after the schema's drop, so it runs before it.
+		t.Cleanup(b.pool.Close)
+		b.client, err = outbox.NewClient(b.pool, &outbox.Config{Effects: b.registry, Schema: b.schema})
+		require.NoError(t, err)
+	}
 	if config == nil {
 		config = &apiConfig{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}}
 	}
-	b.handler, err = newHandler(pool, b.client, config)
+	b.handler, err = newHandler(b.pool, b.client, config)
 	require.NoError(t, err)
 	server := httptest.NewServer(b.handler)
 	t.Cleanup(server.Close)
@@ -80,25 +89,32 @@ func setup(t *testing.T, config *apiConfig) *testBundle {
 	return b
 }
 
-// startDispatcher runs the bundle's effects until the test ends.
-func (b *testBundle) startDispatcher(t *testing.T) {
-	t.Helper()
-	d, err := dispatcher.New(b.pool, &dispatcher.Config{Effects: b.registry, EffectTimeout: 5 * time.Second, Schema: b.schema})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, d.Stop(ctx))
-	})
+// keyTracer signals ended each time a query with key among its arguments
+// has ended, once armed: a test learns that a request has read an intent.
+type keyTracer struct {
+	armed atomic.Bool
+	ended chan struct{}
+	key   string
 }
 
-func (b *testBundle) countIntents(t *testing.T) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(),
-		"SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()).Scan(&n))
-	return n
+type keyTracerMatch struct{}
+
+func (k *keyTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	for _, arg := range data.Args {
+		if s, ok := arg.(string); ok && s == k.key && k.armed.Load() {
+			return context.WithValue(ctx, keyTracerMatch{}, true)
+		}
+	}
+	return ctx
+}
+
+func (k *keyTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if match, _ := ctx.Value(keyTracerMatch{}).(bool); match {
+		select {
+		case k.ended <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // response is one answer.
@@ -211,7 +227,7 @@ func TestEnqueue(t *testing.T) {
 			require.Contains(t, string(resp.body), `"field":"Idempotency-Key"`, bad)
 			require.Contains(t, string(resp.body), `"code":"invalid_key"`, bad)
 		}
-		require.Equal(t, 2, bundle.countIntents(t))
+		require.Equal(t, 2, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	// A body declared as anything but JSON is refused before it is read:
@@ -236,13 +252,13 @@ func TestEnqueue(t *testing.T) {
 				require.Equal(t, "nosniff", resp.header.Get("X-Content-Type-Options"))
 			}
 		}
-		require.Equal(t, 0, bundle.countIntents(t))
+		require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema))
 		for i, ct := range []string{"application/json; charset=utf-8", "application/merge-patch+json", ""} {
 			resp := post("/v1/intents", ct)
 			require.Contains(t, []int{http.StatusCreated, http.StatusOK}, resp.status, "%d %s: %s", i, ct, resp.body)
 			require.Equal(t, "nosniff", resp.header.Get("X-Content-Type-Options"))
 		}
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("NewThenDuplicate", func(t *testing.T) {
@@ -277,7 +293,7 @@ func TestEnqueue(t *testing.T) {
 		second := decode[enqueued](t, resp)
 		require.True(t, second.Duplicate)
 		require.Equal(t, first.ID, second.ID)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("KeyReused", func(t *testing.T) {
@@ -292,7 +308,7 @@ func TestEnqueue(t *testing.T) {
 			require.Equal(t, http.StatusUnprocessableEntity, resp.status)
 			require.Equal(t, outbox.CodeIdempotencyKeyReused, resp.errorCode(t))
 		}
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("Refused", func(t *testing.T) {
@@ -350,7 +366,7 @@ func TestEnqueue(t *testing.T) {
 				require.Equal(t, tt.field, resp.field(t), "%s", resp.body)
 			})
 		}
-		require.Equal(t, 0, bundle.countIntents(t), "nothing written")
+		require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema), "nothing written")
 	})
 
 	t.Run("JustUnderLimit", func(t *testing.T) {
@@ -394,6 +410,8 @@ func TestGet(t *testing.T) {
 	}
 	resp = bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/plain?wait=1s&wait=2s", token: tokenAlpha})
 	require.Equal(t, http.StatusBadRequest, resp.status)
+	require.Equal(t, outbox.CodeInvalidArgs, resp.errorCode(t))
+	require.Equal(t, "wait", resp.field(t))
 	resp = bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/plain?verbose=1", token: tokenAlpha})
 	require.Equal(t, http.StatusBadRequest, resp.status)
 	require.Equal(t, outbox.CodeInvalidArgs, resp.errorCode(t))
@@ -433,7 +451,7 @@ func TestWait(t *testing.T) {
 	t.Run("UntilSucceeded", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, nil)
-		bundle.startDispatcher(t)
+		testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 		require.Equal(t, http.StatusCreated, bundle.enqueue(t, "s", `{"effect": "noop", "args": {"_noop": {"sleep": "200ms"}}}`).status)
 		resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/s?wait=30s", token: tokenAlpha})
 		require.Equal(t, http.StatusOK, resp.status)
@@ -495,7 +513,8 @@ func TestWait(t *testing.T) {
 	// intent then stands. The waits with a slot wake at once.
 	t.Run("MoreWaitsThanSlots", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, &apiConfig{MaxWaits: 1})
+		reads := &keyTracer{ended: make(chan struct{}, 1), key: "q"}
+		bundle := setupTraced(t, &apiConfig{MaxWaits: 1}, reads)
 		for _, key := range []string{"held", "q"} {
 			require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents",
 				header: map[string]string{"Idempotency-Key": key}, body: `{"effect": "noop", "args": {}}`}).status)
@@ -521,8 +540,15 @@ func TestWait(t *testing.T) {
 			require.NoError(t, bundle.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n))
 			return n == 1
 		}, 10*time.Second, 10*time.Millisecond, "the first wait holds the slot and listens")
+		reads.armed.Store(true)
 		queued := wait("q", "3s")
-		time.Sleep(300 * time.Millisecond) // the second wait has read, and queues
+		// Its read is the first query on "q" since: once it has ended, the
+		// wait queues for the slot (or is about to), not listening.
+		select {
+		case <-reads.ended:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "the second wait did not read the intent")
+		}
 		require.Equal(t, http.StatusOK, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents/q/cancel"}).status)
 
 		q := <-queued
@@ -640,8 +666,10 @@ func TestCancel(t *testing.T) {
 
 	resp = cancel(`{"note": 1}`)
 	require.Equal(t, http.StatusBadRequest, resp.status)
+	require.Equal(t, outbox.CodeInvalidJSON, resp.errorCode(t))
 	resp = cancel(`{"note": "` + strings.Repeat("n", 1001) + `"}`)
 	require.Equal(t, http.StatusBadRequest, resp.status)
+	require.Equal(t, outbox.CodeInvalidArgs, resp.errorCode(t))
 	require.Equal(t, "note", resp.field(t))
 
 	resp = cancel(`{"note": "the customer changed their mind"}`)
@@ -665,7 +693,7 @@ func TestResolve(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t, nil)
-	bundle.startDispatcher(t)
+	testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 	// An at-most-once effect whose outcome is lost ends unknown.
 	require.Equal(t, http.StatusCreated, bundle.enqueue(t, "u", `{"effect": "noop_at_most_once", "args": {"_noop": {"fail": "ambiguous"}}}`).status)
 	resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/u?wait=30s", token: tokenAlpha})
@@ -781,7 +809,7 @@ func TestAuth(t *testing.T) {
 			require.NotContains(t, string(resp.body), tokenAlpha[:10], "tokens are never echoed")
 		}
 	}
-	require.Equal(t, 0, bundle.countIntents(t))
+	require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 	// The scheme is case-insensitive.
 	resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents", header: map[string]string{"Authorization": "bearer " + tokenBeta}})

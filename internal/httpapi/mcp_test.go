@@ -9,7 +9,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -119,13 +122,13 @@ func TestMCP(t *testing.T) {
 			res, body = callTool(t, cs, "charge_card", charge)
 			require.True(t, res.IsError)
 			require.Contains(t, string(body), `"code":"idempotency_key_reused"`)
-			require.Equal(t, 2, bundle.countIntents(t))
+			require.Equal(t, 2, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 			// The same intent over the REST API: one store, one namespace.
 			resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/order-9", token: tokenAlpha})
 			require.Equal(t, first.ID, decode[outbox.Intent](t, resp).ID)
 
-			bundle.startDispatcher(t)
+			testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 			start := time.Now()
 			res, body = callTool(t, cs, "get_intent", map[string]any{"key": "order-9", "wait_seconds": 30})
 			require.False(t, res.IsError, "%s", body)
@@ -169,13 +172,15 @@ func TestMCPAuth(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t, nil)
+	// The SDK's client error carries the status text, not the response, so
+	// the 401 is read from it.
 	for _, token := range []string{"", "tok-wrong"} {
 		_, err := bundle.connectMCP(t, token, "")
-		require.Error(t, err, "token %q", token)
+		require.ErrorContains(t, err, http.StatusText(http.StatusUnauthorized), "token %q", token)
 	}
 	for _, token := range []string{"", "tok-wrong"} {
 		_, err := bundle.connectMCP(t, token, "2025-06-18")
-		require.Error(t, err, "token %q", token)
+		require.ErrorContains(t, err, http.StatusText(http.StatusUnauthorized), "token %q", token)
 	}
 
 	// Without tokens, on loopback, /mcp acts for namespace default.
@@ -210,7 +215,7 @@ func TestModelKeyGuardOverHTTP(t *testing.T) {
 		require.True(t, res.IsError)
 		require.Contains(t, string(out), `"code":"possible_duplicate"`)
 		require.Contains(t, string(out), `"key":"model-1"`)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("HeaderOptsIn", func(t *testing.T) {
@@ -224,7 +229,7 @@ func TestModelKeyGuardOverHTTP(t *testing.T) {
 		require.Equal(t, http.StatusConflict, refused.status, "%s", refused.body)
 		require.Contains(t, string(refused.body), `"code":"possible_duplicate"`)
 		require.Contains(t, string(refused.body), `m-1`)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 		confirmed := post(model("m-2"), `{"effect": "charge", "new_action": true, "args": {"customer": "cus_1", "amount": 1999, "currency": "eur"}}`)
 		require.Equal(t, http.StatusCreated, confirmed.status, "%s", confirmed.body)
@@ -233,7 +238,7 @@ func TestModelKeyGuardOverHTTP(t *testing.T) {
 		// Without the header, the orchestrator's key is taken as given.
 		plain := post(map[string]string{"Idempotency-Key": "o-3", "Content-Type": "application/json"}, body)
 		require.Equal(t, http.StatusCreated, plain.status, "%s", plain.body)
-		require.Equal(t, 3, bundle.countIntents(t))
+		require.Equal(t, 3, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 		bad := post(map[string]string{"Idempotency-Key": "o-4", "Idempotency-Key-Source": "llm", "Content-Type": "application/json"}, body)
 		require.Equal(t, http.StatusBadRequest, bad.status)

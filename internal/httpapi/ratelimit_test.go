@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -38,7 +39,7 @@ func TestRateLimit(t *testing.T) {
 	retryAfter, err := strconv.Atoi(resp.header.Get("Retry-After"))
 	require.NoError(t, err, resp.header.Get("Retry-After"))
 	require.InDelta(t, 100, retryAfter, 2)
-	require.Equal(t, 2, bundle.countIntents(t))
+	require.Equal(t, 2, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 	// Reads are not limited.
 	resp = bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/k1", token: tokenAlpha})
@@ -58,5 +59,5 @@ func TestRateLimit(t *testing.T) {
 	res, body = callTool(t, cs, "charge_card", args)
 	require.True(t, res.IsError)
 	require.Contains(t, string(body), `"code":"rate_limited"`)
-	require.Equal(t, 4, bundle.countIntents(t))
+	require.Equal(t, 4, testdb.CountIntents(t, bundle.pool, bundle.schema))
 }

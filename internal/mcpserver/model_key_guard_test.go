@@ -14,9 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
+	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -33,7 +36,7 @@ func TestModelKeyGuard(t *testing.T) {
 	t.Run("RefusedAndChargedOnce", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		bundle.startDispatcher(t)
+		testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 		vec, observe := counts()
 		cs := bundle.connect(t, &mcpserver.Config{PossibleDuplicateFunc: observe})
 
@@ -48,7 +51,7 @@ func TestModelKeyGuard(t *testing.T) {
 		again := call[answer](t, cs, "charge_card", charge("idempotency_key", "model-key-1"))
 		require.True(t, again.Duplicate)
 		require.Equal(t, first.ID, again.ID)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 		waitSucceeded(t, bundle, "model-key-1")
 		require.Equal(t, 1, charges(t, bundle), "one charge")
 	})
@@ -56,7 +59,7 @@ func TestModelKeyGuard(t *testing.T) {
 	t.Run("NewActionIsASecondCharge", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		bundle.startDispatcher(t)
+		testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 		vec, observe := counts()
 		cs := bundle.connect(t, &mcpserver.Config{PossibleDuplicateFunc: observe})
 		call[answer](t, cs, "charge_card", charge("idempotency_key", "first"))
@@ -97,7 +100,7 @@ func TestModelKeyGuard(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, 1, recorded)
 		require.Equal(t, 19, refused)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("AfterTheWindowIsANewAction", func(t *testing.T) {
@@ -151,7 +154,7 @@ func TestModelKeyGuard(t *testing.T) {
 		require.True(t, second.Duplicate)
 		require.Equal(t, first.ID, second.ID)
 		require.Equal(t, "one", second.PossibleDuplicateOf)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 		require.Equal(t, 1.0, testutil.ToFloat64(vec.WithLabelValues("charge_card", keyguard.OutcomeReplayed)))
 	})
 
@@ -162,7 +165,7 @@ func TestModelKeyGuard(t *testing.T) {
 		call[answer](t, cs, "charge_card", charge("idempotency_key", "one"))
 		second := call[answer](t, cs, "charge_card", charge("idempotency_key", "two"))
 		require.False(t, second.Duplicate)
-		require.Equal(t, 2, bundle.countIntents(t))
+		require.Equal(t, 2, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 }
 
@@ -188,7 +191,7 @@ func charges(t *testing.T, b *testBundle) int {
 func TestOutputSchemasMatch(t *testing.T) {
 	t.Parallel()
 	bundle := setup(t)
-	bundle.startDispatcher(t)
+	testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 	cs := bundle.connect(t, nil)
 	res, err := cs.ListTools(t.Context(), nil)
 	require.NoError(t, err)

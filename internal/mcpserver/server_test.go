@@ -1,7 +1,6 @@
 package mcpserver_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,15 +10,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/autokey"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -36,18 +36,9 @@ type testBundle struct {
 // other tools' effects (email, ticket, webhook) are not enabled.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool, schema := testdb.MigratedSchema(t)
-	var list []effects.Effect
-	for _, name := range []string{"charge", "email", "ticket", "webhook", "noop"} {
-		e, err := noop.New(&noop.Config{Name: name, Pool: pool, Schema: schema})
-		require.NoError(t, err)
-		list = append(list, e)
-	}
-	registry, err := effects.NewRegistry(list...)
-	require.NoError(t, err)
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Schema: schema})
-	require.NoError(t, err)
-	return &testBundle{client: client, pool: pool, registry: registry, schema: schema}
+	dedupe := effects.GuaranteeDeduplicated
+	env := testdb.NewEnv(t, map[string]effects.Guarantee{"charge": dedupe, "email": dedupe, "ticket": dedupe, "webhook": dedupe, "noop": dedupe})
+	return &testBundle{client: env.Client, pool: env.Pool, registry: env.Registry, schema: env.Schema}
 }
 
 // connect starts an MCP server with config over in-memory transports and
@@ -64,27 +55,6 @@ func (b *testBundle) connect(t *testing.T, config *mcpserver.Config) *mcp.Client
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
-}
-
-// startDispatcher runs the bundle's effects until the test ends.
-func (b *testBundle) startDispatcher(t *testing.T) {
-	t.Helper()
-	d, err := dispatcher.New(b.pool, &dispatcher.Config{Effects: b.registry, EffectTimeout: 5 * time.Second, Schema: b.schema})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, d.Stop(ctx))
-	})
-}
-
-func (b *testBundle) countIntents(t *testing.T) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(t.Context(),
-		"SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()).Scan(&n))
-	return n
 }
 
 // answer is a mutating tool's structured answer.
@@ -161,14 +131,8 @@ func charge(extra ...any) map[string]any {
 // model shown a tool that can only answer unknown_effect wastes its calls.
 func TestListToolsOfEnabledEffectsOnly(t *testing.T) {
 	t.Parallel()
-	pool, schema := testdb.MigratedSchema(t)
-	e, err := noop.New(&noop.Config{Name: "charge", Pool: pool, Schema: schema})
-	require.NoError(t, err)
-	registry, err := effects.NewRegistry(e)
-	require.NoError(t, err)
-	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Schema: schema})
-	require.NoError(t, err)
-	bundle := &testBundle{client: client, pool: pool, registry: registry, schema: schema}
+	env := testdb.NewEnv(t, map[string]effects.Guarantee{"charge": effects.GuaranteeDeduplicated})
+	bundle := &testBundle{client: env.Client, pool: env.Pool, registry: env.Registry, schema: env.Schema}
 	cs := bundle.connect(t, nil)
 	res, err := cs.ListTools(t.Context(), nil)
 	require.NoError(t, err)
@@ -270,7 +234,7 @@ func TestChargeCard(t *testing.T) {
 		})
 		require.True(t, second.Duplicate)
 		require.Equal(t, first.ID, second.ID)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("NoKeyTwice", func(t *testing.T) {
@@ -285,7 +249,7 @@ func TestChargeCard(t *testing.T) {
 		require.True(t, second.Duplicate)
 		require.Equal(t, first.ID, second.ID)
 		require.Equal(t, outbox.KeySourceAuto, second.KeySource)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 
 		// Other arguments are another action, with a key of its own.
 		third := call[answer](t, cs, "charge_card", charge("amount", 2000))
@@ -296,7 +260,7 @@ func TestChargeCard(t *testing.T) {
 		again := call[answer](t, cs, "charge_card", charge("idempotency_key", first.Key))
 		require.True(t, again.Duplicate)
 		require.Equal(t, first.ID, again.ID)
-		require.Equal(t, 2, bundle.countIntents(t))
+		require.Equal(t, 2, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("ConcurrentNoKey", func(t *testing.T) {
@@ -322,7 +286,7 @@ func TestChargeCard(t *testing.T) {
 			require.Equal(t, ids[0], id)
 			require.NotZero(t, id)
 		}
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("SameKeyOtherArgs", func(t *testing.T) {
@@ -337,7 +301,7 @@ func TestChargeCard(t *testing.T) {
 		callError(t, cs, "send_email", map[string]any{
 			"idempotency_key": "k1", "to": []string{"a@example.com"}, "subject": "s", "text": "t",
 		}, outbox.CodeIdempotencyKeyReused)
-		require.Equal(t, 1, bundle.countIntents(t))
+		require.Equal(t, 1, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("BadCalls", func(t *testing.T) {
@@ -381,7 +345,7 @@ func TestChargeCard(t *testing.T) {
 				require.NotEmpty(t, te.Error.Message)
 			})
 		}
-		require.Equal(t, 0, bundle.countIntents(t), "nothing written")
+		require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema), "nothing written")
 	})
 
 	t.Run("UnknownTool", func(t *testing.T) {
@@ -390,7 +354,7 @@ func TestChargeCard(t *testing.T) {
 		cs := bundle.connect(t, nil)
 		// Not a tool error: there is no such tool (a protocol error).
 		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "refund_card", Arguments: map[string]any{}})
-		require.Error(t, err)
+		require.ErrorIs(t, err, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams})
 	})
 }
 
@@ -445,7 +409,7 @@ func TestAutoKeyWindow(t *testing.T) {
 		require.False(t, second.Duplicate, "a window after the first call, a new action starts")
 		require.NotEqual(t, previous, second.Key)
 		require.Equal(t, first.Key, second.Key, "the current window's key, free again")
-		require.Equal(t, 2, bundle.countIntents(t))
+		require.Equal(t, 2, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 }
 
@@ -458,7 +422,7 @@ func TestGetIntent(t *testing.T) {
 		cs := bundle.connect(t, nil)
 		enqueued := call[answer](t, cs, "charge_card", charge("idempotency_key", "wait-1"))
 		require.Equal(t, outbox.StatePending, enqueued.State)
-		bundle.startDispatcher(t)
+		testrun.Dispatcher(t, bundle.pool, &dispatcher.Config{Effects: bundle.registry, Schema: bundle.schema})
 		start := time.Now()
 		intent := call[outbox.Intent](t, cs, "get_intent", map[string]any{"key": "wait-1", "wait_seconds": 30})
 		require.Equal(t, outbox.StateSucceeded, intent.State)
@@ -564,17 +528,27 @@ func TestNewRefuses(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
-	for name, config := range map[string]*mcpserver.Config{
-		"BadNamespace":   {Namespace: "a b"},
-		"NegativeWindow": {AutoKeyWindow: -time.Second},
-		"DuplicateTool":  {Tools: append(mcpserver.EffectTools(), mcpserver.EffectTools()[0])},
-		"ReadToolName":   {Tools: []*mcpserver.EffectTool{{Name: "get_intent", Effect: "noop", Description: "x", InputSchema: mcpserver.EffectTools()[0].InputSchema}}},
-		"NoSchema":       {Tools: []*mcpserver.EffectTool{{Name: "noop_tool", Effect: "noop", Description: "x"}}},
+	// Each refusal names its cause: a case refused for another reason than
+	// the one it sets up would otherwise pass unnoticed.
+	for name, tc := range map[string]struct {
+		config *mcpserver.Config
+		want   string
+	}{
+		"BadNamespace":   {&mcpserver.Config{Namespace: "a b"}, "namespace: must be printable ASCII"},
+		"NegativeWindow": {&mcpserver.Config{AutoKeyWindow: -time.Second}, "AutoKeyWindow must be positive"},
+		"DuplicateTool":  {&mcpserver.Config{Tools: append(mcpserver.EffectTools(), mcpserver.EffectTools()[0])}, fmt.Sprintf("tool %q defined twice", mcpserver.EffectTools()[0].Name)},
+		"ReadToolName":   {&mcpserver.Config{Tools: []*mcpserver.EffectTool{{Name: "get_intent", Effect: "noop", Description: "x", InputSchema: mcpserver.EffectTools()[0].InputSchema}}}, `tool "get_intent" defined twice`},
+		"NoSchema":       {&mcpserver.Config{Tools: []*mcpserver.EffectTool{{Name: "noop_tool", Effect: "noop", Description: "x"}}}, `tool "noop_tool": input schema must be of type object`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := mcpserver.New(bundle.pool, bundle.client, config)
-			require.Error(t, err)
+			_, err := mcpserver.New(bundle.pool, bundle.client, tc.config)
+			require.ErrorContains(t, err, tc.want)
 		})
 	}
+	t.Run("BadNamespaceCode", func(t *testing.T) {
+		t.Parallel()
+		_, err := mcpserver.New(bundle.pool, bundle.client, &mcpserver.Config{Namespace: "a b"})
+		require.Equal(t, outbox.CodeInvalidKey, outbox.ErrorCode(err))
+	})
 }

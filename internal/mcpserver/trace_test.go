@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
@@ -290,7 +291,7 @@ func TestToolCallSpans(t *testing.T) {
 		// JSON-RPC code, and a span named without the client's made-up
 		// name.
 		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "no_such_tool", Arguments: map[string]any{}})
-		require.Error(t, err)
+		require.ErrorIs(t, err, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams})
 		span := bundle.span(t, "execute_tool")
 		attrs := attributes(span)
 		require.Equal(t, "-32602", attrs["error.type"])

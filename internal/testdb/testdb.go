@@ -8,6 +8,8 @@
 //
 // Tests then use Pool for a shared connection pool, and Schema or Database for
 // an isolated place to create objects in that's cleaned up when the test ends.
+// MigratedSchema adds outbox's tables to such a schema, and NewEnv noop
+// effects and a client on it, the start of most tests.
 //
 // The database is the one in TEST_DATABASE_URL when it's set. Otherwise, Main
 // starts a throwaway PostgreSQL cluster (see package pgcluster) for the test

@@ -12,6 +12,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outbox-dev/outbox/effects"
 )
 
 // TestClientSpan sends requests inside a recording span: each is a client
@@ -55,7 +57,10 @@ func TestClientSpan(t *testing.T) {
 	req, err = http.NewRequestWithContext(ctx, http.MethodPost, closed+"/hooks/"+secret, nil)
 	require.NoError(t, err)
 	_, err = Do(NewClient(1), req, "provider")
-	require.Error(t, err)
+	class, code := effects.Classify(err)
+	require.Equal(t, effects.ClassNotSent, class, "error: %v", err)
+	require.Equal(t, "connection_failed", code)
+	require.NotContains(t, err.Error(), secret)
 	parent.End()
 
 	spans := recorder.Ended()
