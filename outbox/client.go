@@ -23,9 +23,10 @@ import (
 // library.
 const SchemaDefault = migrations.SchemaDefault
 
-// Executor is what EnqueueTx needs: a pgx.Tx, a savepoint (also a pgx.Tx), a
-// *pgx.Conn or a *pgxpool.Pool all fit. Pass a transaction: the point of an
-// enqueue is to commit or roll back with the caller's own writes.
+// Executor is what the Tx forms (EnqueueTx, GetTx, CancelTx...) need: a
+// pgx.Tx, a savepoint (also a pgx.Tx), a *pgx.Conn or a *pgxpool.Pool all
+// fit. Pass a transaction: the point of a Tx form is to commit or roll back
+// with the caller's own writes.
 type Executor interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -48,7 +49,9 @@ const (
 type Config struct {
 	// ApprovalObserverFunc, when set, is called after every approval or
 	// denial this client recorded, with the intent's effect and the
-	// decision (for metrics). Defaults to nil.
+	// decision (for metrics). ApproveTx and DenyTx call it before the
+	// caller's transaction commits, so a rolled-back decision is counted
+	// too. Defaults to nil.
 	ApprovalObserverFunc func(effect string, decision ApprovalDecision)
 
 	// EnqueueObserverFunc, when set, is called after every enqueue that
@@ -88,9 +91,9 @@ type Client struct {
 	schema    string
 }
 
-// NewClient returns a client. pool serves reads, waits, operator actions
-// and Enqueue; EnqueueTx and EnqueueManyTx run on the executor each call is
-// given.
+// NewClient returns a client. pool serves waits and the operations without
+// a Tx suffix (Enqueue, Get, Cancel...); the Tx forms run on the executor
+// each call is given.
 func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("outbox: pool must not be nil")
@@ -355,6 +358,39 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*Enque
 		}
 	}
 	return results, nil
+}
+
+// EnqueueMany records many intents in a transaction of its own, for
+// callers without one to join. It answers as EnqueueManyTx does: all the
+// intents are recorded, or, on a *KeyReusedError, none.
+func (c *Client) EnqueueMany(ctx context.Context, params []*EnqueueParams) ([]*EnqueueResult, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	return withTx(ctx, c.pool, func(tx pgx.Tx) ([]*EnqueueResult, error) {
+		return c.EnqueueManyTx(ctx, tx, params)
+	})
+}
+
+// withTx runs fn in a transaction of its own on pool, and commits it when fn
+// returns no error. The rollback that follows a failure runs even after ctx
+// ended (context.WithoutCancel): otherwise the connection would go back to
+// the pool inside a transaction.
+func withTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) (T, error)) (T, error) {
+	var zero T
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return zero, fmt.Errorf("error beginning transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	res, err := fn(tx)
+	if err != nil {
+		return zero, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return zero, fmt.Errorf("error committing transaction: %w", err)
+	}
+	return res, nil
 }
 
 // dbError maps constraint violations that input checks should have caught

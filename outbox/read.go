@@ -15,10 +15,14 @@ import (
 
 // Get returns the intent (namespace, key), or ErrNotFound.
 func (c *Client) Get(ctx context.Context, namespace, key string) (*Intent, error) {
-	return c.get(ctx, c.pool, namespace, key)
+	// One statement: the pool runs it in a transaction of its own.
+	return c.GetTx(ctx, c.pool, namespace, key)
 }
 
-func (c *Client) get(ctx context.Context, q intentdb.Querier, namespace, key string) (*Intent, error) {
+// GetTx returns the intent (namespace, key) as tx sees it, or ErrNotFound:
+// an intent tx enqueued is found before tx commits, and a change tx made
+// (CancelTx, ResolveTx, ApproveTx, DenyTx) is seen.
+func (c *Client) GetTx(ctx context.Context, tx Executor, namespace, key string) (*Intent, error) {
 	if namespace == "" {
 		namespace = NamespaceDefault
 	}
@@ -28,7 +32,7 @@ func (c *Client) get(ctx context.Context, q intentdb.Querier, namespace, key str
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	row, err := c.queries.Get(ctx, q, namespace, key)
+	row, err := c.queries.Get(ctx, tx, namespace, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &Error{Code: CodeNotFound, Message: "no intent with this key"}
 	}
@@ -70,6 +74,12 @@ type ListResult struct {
 
 // List returns intents of a namespace, newest first, a page at a time.
 func (c *Client) List(ctx context.Context, params *ListParams) (*ListResult, error) {
+	return c.ListTx(ctx, c.pool, params)
+}
+
+// ListTx is List as tx sees the intents: those tx enqueued or changed are
+// listed as tx left them, before it commits.
+func (c *Client) ListTx(ctx context.Context, tx Executor, params *ListParams) (*ListResult, error) {
 	if params == nil {
 		params = &ListParams{}
 	}
@@ -103,7 +113,7 @@ func (c *Client) List(ctx context.Context, params *ListParams) (*ListResult, err
 	}
 
 	// One row more than the page tells whether there is a next page.
-	rows, err := c.queries.List(ctx, c.pool, &intentdb.ListParams{
+	rows, err := c.queries.List(ctx, tx, &intentdb.ListParams{
 		BeforeID: before, Effect: params.Effect, Limit: limit + 1, Namespace: namespace, States: states,
 	})
 	if err != nil {
@@ -185,8 +195,8 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 // reread reads intent again. On failure it returns the intent as last read,
 // with ctx's error when ctx ended, so that a waiter always has something to
 // show.
-func (c *Client) reread(ctx context.Context, q intentdb.Querier, last *Intent) (*Intent, error) {
-	intent, err := c.get(ctx, q, last.Namespace, last.Key)
+func (c *Client) reread(ctx context.Context, q Executor, last *Intent) (*Intent, error) {
+	intent, err := c.GetTx(ctx, q, last.Namespace, last.Key)
 	if err != nil {
 		if ctx.Err() != nil {
 			return last, ctx.Err()
