@@ -2,11 +2,9 @@ package outbox
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -106,9 +104,9 @@ func (c *Client) ListTx(ctx context.Context, tx Executor, params *ListParams) (*
 	}
 	var before int64
 	if params.Cursor != "" {
-		var err error
-		if before, err = decodeCursor(params.Cursor); err != nil {
-			return nil, err
+		var ok bool
+		if before, ok = intentdb.DecodeCursor(params.Cursor); !ok {
+			return nil, &Error{Code: CodeInvalidArgs, Field: "cursor", Message: "is not a cursor returned by a listing"}
 		}
 	}
 
@@ -125,31 +123,9 @@ func (c *Client) ListTx(ctx context.Context, tx Executor, params *ListParams) (*
 	}
 	if len(res.Intents) > limit {
 		res.Intents = res.Intents[:limit]
-		res.NextCursor = encodeCursor(res.Intents[limit-1].ID)
+		res.NextCursor = intentdb.EncodeCursor(res.Intents[limit-1].ID)
 	}
 	return res, nil
-}
-
-// Cursors are opaque to callers; today they hold the last id seen.
-func encodeCursor(id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("id:" + strconv.FormatInt(id, 10)))
-}
-
-func decodeCursor(cursor string) (int64, error) {
-	bad := &Error{Code: CodeInvalidArgs, Field: "cursor", Message: "is not a cursor returned by a listing"}
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return 0, bad
-	}
-	s, ok := strings.CutPrefix(string(raw), "id:")
-	if !ok {
-		return 0, bad
-	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, bad
-	}
-	return id, nil
 }
 
 // Wait blocks until the intent (namespace, key) is terminal and returns it.

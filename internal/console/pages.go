@@ -1,7 +1,6 @@
 package console
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -16,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/redact"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -287,7 +287,8 @@ func (h *Handler) intents(w http.ResponseWriter, r *http.Request, p *principal) 
 	} else {
 		var before int64
 		if c := r.URL.Query().Get("cursor"); c != "" {
-			if before = decodeCursor(c); before == 0 {
+			var ok bool
+			if before, ok = intentdb.DecodeCursor(c); !ok {
 				v.Problem, status = "the cursor is not one this list made; start from the first page", http.StatusBadRequest
 			}
 		}
@@ -307,7 +308,7 @@ func (h *Handler) intents(w http.ResponseWriter, r *http.Request, p *principal) 
 				for k, vs := range values {
 					next[k] = vs
 				}
-				next.Set("cursor", encodeCursor(rows[len(rows)-1].ID))
+				next.Set("cursor", intentdb.EncodeCursor(rows[len(rows)-1].ID))
 				v.NextURL = Prefix + "/intents?" + next.Encode()
 			}
 			if before != 0 {
@@ -318,27 +319,6 @@ func (h *Handler) intents(w http.ResponseWriter, r *http.Request, p *principal) 
 		}
 	}
 	h.render(w, r, status, "intents", h.page(p, "Intents", "intents", v))
-}
-
-// The list's cursor is opaque to users: the last id seen.
-func encodeCursor(id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("id:" + strconv.FormatInt(id, 10)))
-}
-
-func decodeCursor(c string) int64 {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return 0
-	}
-	s, ok := strings.CutPrefix(string(b), "id:")
-	if !ok {
-		return 0
-	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0
-	}
-	return id
 }
 
 // intentView is an intent page's data.
