@@ -4,6 +4,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Reasons of outbox_reconciled_total: what had become of the job of an
+// intent that was not terminal.
+const (
+	ReconcileReasonJobCancelled = "job_cancelled"
+	ReconcileReasonJobCompleted = "job_completed"
+	ReconcileReasonJobDiscarded = "job_discarded"
+	ReconcileReasonJobMissing   = "job_missing"
+)
+
 // Metrics are the workers' Prometheus metrics. One Metrics may be shared by
 // every worker of a process.
 type Metrics struct {
