@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
@@ -90,7 +91,7 @@ func (c *Client) decideOwnTx(ctx context.Context, params *ApprovalParams, decisi
 	}
 	// A transaction: the intent is locked while its state and arguments
 	// are checked, so that they are those decided on.
-	row, err := withTx(ctx, c.pool, func(tx pgx.Tx) (*intentdb.Row, error) {
+	row, err := dbutil.WithTxV(ctx, c.pool, func(tx pgx.Tx) (*intentdb.Row, error) {
 		return c.decide(ctx, tx, params, decision)
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/migrations"
 )
@@ -367,30 +368,9 @@ func (c *Client) EnqueueMany(ctx context.Context, params []*EnqueueParams) ([]*E
 	if len(params) == 0 {
 		return nil, nil
 	}
-	return withTx(ctx, c.pool, func(tx pgx.Tx) ([]*EnqueueResult, error) {
+	return dbutil.WithTxV(ctx, c.pool, func(tx pgx.Tx) ([]*EnqueueResult, error) {
 		return c.EnqueueManyTx(ctx, tx, params)
 	})
-}
-
-// withTx runs fn in a transaction of its own on pool, and commits it when fn
-// returns no error. The rollback that follows a failure runs even after ctx
-// ended (context.WithoutCancel): otherwise the connection would go back to
-// the pool inside a transaction.
-func withTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) (T, error)) (T, error) {
-	var zero T
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return zero, fmt.Errorf("error beginning transaction: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	res, err := fn(tx)
-	if err != nil {
-		return zero, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return zero, fmt.Errorf("error committing transaction: %w", err)
-	}
-	return res, nil
 }
 
 // dbError maps constraint violations that input checks should have caught
