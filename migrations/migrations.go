@@ -227,8 +227,8 @@ func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(s *s
 	defer conn.Release()
 
 	// Migrations wait as long as they must, for the lock and for their
-	// statements, whatever timeouts the pool's sessions start with (serve's
-	// OUTBOX_STATEMENT_TIMEOUT and OUTBOX_LOCK_TIMEOUT, when it migrates at
+	// statements, whatever timeouts the pool's sessions start with (those
+	// internal/dbutil.SetSessionTimeouts sets, when a process migrates at
 	// start): a replica queued behind another's migration, or an index
 	// built on a large table, is not stuck. RESET gives the connection its
 	// startup values back before it returns to the pool.

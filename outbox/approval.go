@@ -26,7 +26,7 @@ const (
 	// ApprovalDenied cancelled it with error approval_denied.
 	ApprovalDenied ApprovalDecision = "denied"
 	// ApprovalExpired cancelled it with error approval_expired, after
-	// OUTBOX_APPROVAL_TTL without a decision.
+	// dispatcher.Config.ApprovalTTL without a decision.
 	ApprovalExpired ApprovalDecision = "expired"
 )
 
@@ -178,7 +178,7 @@ func (c *Client) decided(ctx context.Context, row *intentdb.Row, decision Approv
 		"effect", row.Effect, "by", by)
 }
 
-// ApprovalRule is one rule of OUTBOX_APPROVAL: every intent of Effect, or,
+// ApprovalRule is one approval rule: every intent of Effect, or,
 // with Arg set, those whose top-level argument Arg compares with Value by
 // Op. See ParseApprovalRules.
 type ApprovalRule struct {
@@ -193,7 +193,7 @@ type ApprovalRule struct {
 	Value string
 }
 
-// String returns the rule as written in OUTBOX_APPROVAL.
+// String returns the rule as ParseApprovalRules reads it.
 func (r ApprovalRule) String() string {
 	if r.Arg == "" {
 		return r.Effect
@@ -210,7 +210,7 @@ var (
 // read as ">" and a value starting with "=".
 var ruleOps = []string{">=", "<=", "!=", "=", ">", "<"}
 
-// ParseApprovalRules reads OUTBOX_APPROVAL: rules separated by commas, each
+// ParseApprovalRules reads approval rules: rules separated by commas, each
 // an effect alone ("email": every intent of it) or an effect, a colon and
 // one comparison of a top-level argument with a value
 // ("charge:amount>=10000", "webhook:endpoint=payouts"). The operators are
@@ -273,9 +273,8 @@ func parseApprovalRule(text string) (ApprovalRule, error) {
 // intent table against writes (not reads) until it commits, and waits at
 // most 10 s for the transactions writing intents at that moment
 // (docs/design.md, "Approval rules, in an insert trigger"). Setting the
-// rules already in force changes nothing and takes no such lock. outboxd
-// serve calls it at start with OUTBOX_APPROVAL, when it differs from the
-// rules stored.
+// rules already in force changes nothing and takes no such lock, so a
+// process may set its rules at every start.
 func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) error {
 	stored := make([]intentdb.ApprovalRule, len(rules))
 	for i, r := range rules {

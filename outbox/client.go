@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/internal/origin"
 	"github.com/outbox-dev/outbox/migrations"
 )
 
@@ -138,16 +139,8 @@ type EnqueueParams struct {
 	Effect string
 	// Key is the idempotency key naming the logical action.
 	Key string
-	// KeySource records where the key came from. Defaults to KeySourceExplicit.
-	KeySource KeySource
 	// Namespace is the tenant. Defaults to NamespaceDefault.
 	Namespace string
-	// EnqueuedBy names, for the record, who enqueues from the credentials
-	// the request came with: an audit actor of internal/access ("api:" and
-	// an API token's fingerprint, "cli:" and a user). outboxd's HTTP API,
-	// MCP server and command line set it; unlike RequestedBy it is not the
-	// client's to say. Defaults to none.
-	EnqueuedBy string
 	// RequestedBy optionally names who asked: the client's own label.
 	// Defaults to none.
 	RequestedBy string
@@ -166,17 +159,20 @@ type EnqueueResult struct {
 	Intent *Intent
 }
 
-// prepare checks and normalises p for the database. Every check that the
-// database would otherwise make is made here: a refusal there would abort
-// the caller's transaction.
-func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
+// prepare checks and normalises p for the database, with the origin ctx
+// carries (internal/origin: outboxd's surfaces say who enqueues and how the
+// key was made; a library caller's intents are explicit and by nobody).
+// Every check that the database would otherwise make is made here: a
+// refusal there would abort the caller's transaction.
+func (c *Client) prepare(ctx context.Context, p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 	if p == nil {
 		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
 	}
+	from := origin.From(ctx)
 	out := &intentdb.EnqueueRow{
 		Effect:    p.Effect,
 		Key:       p.Key,
-		KeySource: string(p.KeySource),
+		KeySource: from.KeySource,
 		Namespace: p.Namespace,
 
 		RequireApproval: p.RequireApproval,
@@ -190,7 +186,7 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 	if err := ValidateKey(p.Key); err != nil {
 		return nil, err
 	}
-	switch p.KeySource {
+	switch KeySource(from.KeySource) {
 	case "":
 		out.KeySource = string(KeySourceExplicit)
 	case KeySourceExplicit, KeySourceAuto, KeySourceModelConfirmed:
@@ -212,8 +208,8 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 		rb := p.RequestedBy
 		out.RequestedBy = &rb
 	}
-	if p.EnqueuedBy != "" {
-		eb := p.EnqueuedBy
+	if from.EnqueuedBy != "" {
+		eb := from.EnqueuedBy
 		out.EnqueuedBy = &eb
 	}
 
@@ -248,7 +244,7 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 // traceparent, for the attempts' spans to link to; a duplicate keeps the
 // first enqueue's.
 func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueueParams) (*EnqueueResult, error) {
-	p, err := c.prepare(params)
+	p, err := c.prepare(ctx, params)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +264,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 // intent may be recorded, and enqueuing the key again tells. ctx's span is
 // recorded as EnqueueTx records it.
 func (c *Client) Enqueue(ctx context.Context, params *EnqueueParams) (*EnqueueResult, error) {
-	p, err := c.prepare(params)
+	p, err := c.prepare(ctx, params)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +321,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*Enque
 	tp := traceparent(ctx)
 	rows := make([]*intentdb.EnqueueRow, len(params))
 	for i, params := range params {
-		p, err := c.prepare(params)
+		p, err := c.prepare(ctx, params)
 		if err != nil {
 			var oe *Error
 			if errors.As(err, &oe) && oe.Field != "" {

@@ -44,7 +44,7 @@ type Endpoint struct {
 
 var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
-// ParseEndpoints reads OUTBOX_WEBHOOKS: "name=url[;dedupe],...". Errors name
+// ParseEndpoints reads endpoints written "name=url[;dedupe],...". Errors name
 // the entry by position and never quote a URL, which can carry a token.
 func ParseEndpoints(s string) ([]Endpoint, error) {
 	var out []Endpoint
