@@ -250,6 +250,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 
+	// The workers are internal: c, its defaults filled, is the one public
+	// home of their settings, and each worker's config is built from it
+	// here, as River's NewClient builds its maintenance services' configs
+	// from river.Config. Embedding the workers' configs in Config would
+	// show users types they cannot name.
 	intents, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{
 		EffectTimeout:  c.EffectTimeout,
 		Effects:        c.Effects,
