@@ -83,6 +83,16 @@ type Effect interface {
 	Execute(ctx context.Context, req *Request) (json.RawMessage, error)
 }
 
+// ArgsSchemaer is implemented by an effect that describes its arguments as
+// a JSON Schema (2020-12) of type object, which the MCP server lists as its
+// tool's input schema and the HTTP API as its args_schema: each built-in
+// effect and each declared one. The schema says what it can of
+// ValidateArgs' rules, never refuses arguments ValidateArgs accepts, and
+// does not replace it: ValidateArgs is the rule.
+type ArgsSchemaer interface {
+	ArgsSchema() json.RawMessage
+}
+
 // Reconciler is implemented by reconcilable effects: Lookup asks the provider
 // whether the effect for providerKey exists, and returns its result if so.
 type Reconciler interface {

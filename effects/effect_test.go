@@ -54,3 +54,22 @@ func riverQueueName(name string) error {
 type noopArgs struct{}
 
 func (noopArgs) Kind() string { return "noop" }
+
+func TestProviderObjectID(t *testing.T) {
+	t.Parallel()
+
+	for result, want := range map[string]string{
+		`{"id": "pi_123", "status": "succeeded"}`:            "pi_123",
+		`{"ticket_id": 42, "url": "https://z/42"}`:           "42",
+		`{"ticket_id": 12345678901234567891}`:                "12345678901234567891",
+		`{"message_id": "<obx_1@x>"}`:                        "<obx_1@x>",
+		`{"status": 200}`:                                    "",
+		`{"b_id": "second", "a_id": "first"}`:                "first",
+		`{"id": {"nested": true}, "payment_intent_id": "p"}`: "p",
+		`{"id": "", "ticket_id": 7}`:                         "7",
+		`not json`:                                           "",
+		``:                                                   "",
+	} {
+		require.Equal(t, want, effects.ProviderObjectID([]byte(result)), result)
+	}
+}

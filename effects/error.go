@@ -25,6 +25,12 @@ const (
 	ClassAmbiguous Class = "ambiguous"
 )
 
+// CodeInvalidArgs is the code of an error for arguments the effect refuses.
+// It is outbox.CodeInvalidArgs, the code of an enqueue's refusal of them, so
+// that a caller handles both alike; it is declared here so that an effect
+// can use it without importing package outbox.
+const CodeInvalidArgs = "invalid_args"
+
 // Error is an effect error with its class and, for permanent errors, the code
 // stored in the intent's error (for example "card_declined").
 type Error struct {

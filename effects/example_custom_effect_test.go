@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/outboxtest"
 )
 
 // smsEffect sends a text message through a provider that dedupes on an
@@ -86,8 +89,14 @@ func (p *fakeSMSProvider) send(_ context.Context, key, _, _ string) (string, err
 // process, and wait for an intent's outcome.
 func Example_customEffect() {
 	ctx := context.Background()
-	pool, schema, drop := testdb.ExampleSchema()
-	defer drop()
+	pool, err := pgxpool.New(ctx, os.Getenv("TEST_DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	t := outboxtest.NewExampleTB() // in a test, the test's *testing.T
+	defer t.Close()
+	schema := outboxtest.MigrateSchema(ctx, t, pool)
 
 	provider := &fakeSMSProvider{sent: map[string]string{}}
 	registry, err := effects.NewRegistry(smsEffect{provider: provider})

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/outbox-dev/outbox/effects"
 )
 
 // Error codes, as the HTTP API, MCP and the command line report them.
@@ -13,8 +15,10 @@ const (
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
 	CodeIdempotencyKeyMissing = "idempotency_key_required"
 	// CodeInternal is a failure of the server's, not the caller's.
-	CodeInternal            = "internal_error"
-	CodeInvalidArgs         = "invalid_args"
+	CodeInternal = "internal_error"
+	// CodeInvalidArgs is arguments refused, by the enqueue or by the
+	// effect when it runs (effects.CodeInvalidArgs, the same code).
+	CodeInvalidArgs         = effects.CodeInvalidArgs
 	CodeInvalidKey          = "invalid_key"
 	CodeNotAwaitingApproval = "not_awaiting_approval"
 	CodeNotCancellable      = "not_cancellable"

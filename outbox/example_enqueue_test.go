@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
-	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/outboxtest"
 )
 
 // Record an intent in your own transaction, next to your own writes: it is
@@ -15,8 +18,14 @@ import (
 // another action is refused.
 func Example_enqueueInYourTransaction() {
 	ctx := context.Background()
-	pool, schema, drop := testdb.ExampleSchema()
-	defer drop()
+	pool, err := pgxpool.New(ctx, os.Getenv("TEST_DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	t := outboxtest.NewExampleTB() // in a test, the test's *testing.T
+	defer t.Close()
+	schema := outboxtest.MigrateSchema(ctx, t, pool)
 
 	// Without Config.Effects any effect name is accepted and the
 	// dispatcher validates the arguments; with it, EnqueueTx refuses an
@@ -77,8 +86,14 @@ func Example_enqueueInYourTransaction() {
 // was already used for another action.
 func ExampleClient_EnqueueManyTx() {
 	ctx := context.Background()
-	pool, schema, drop := testdb.ExampleSchema()
-	defer drop()
+	pool, err := pgxpool.New(ctx, os.Getenv("TEST_DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	t := outboxtest.NewExampleTB() // in a test, the test's *testing.T
+	defer t.Close()
+	schema := outboxtest.MigrateSchema(ctx, t, pool)
 
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	if err != nil {

@@ -37,6 +37,17 @@ const (
 	StateCancelled State = "cancelled"
 )
 
+// States returns every state, in the order of an intent's life: awaiting
+// approval, pending, running, then the terminal ones (succeeded, failed,
+// unknown, cancelled). As River's rivertype.JobStates, it is a new slice
+// each call, so a caller may keep or change it.
+func States() []State {
+	return []State{
+		StateAwaitingApproval, StatePending, StateRunning,
+		StateSucceeded, StateFailed, StateUnknown, StateCancelled,
+	}
+}
+
 // Terminal reports whether s is final for workers.
 func (s State) Terminal() bool {
 	switch s {

@@ -49,7 +49,7 @@ func validateToken(field, s string, maxLen int) error {
 // The id is part of it so that a key enqueued again after its intent was
 // pruned, a new action, does not send the old provider key, which a
 // provider that still remembers it would answer with the old result.
-// Intents created before this derivation keep the key of (namespace, key).
+// Intents stored before migration 002 keep the key of (namespace, key).
 func ProviderKey(namespace, key string, id int64) string {
 	h := sha256.New()
 	h.Write([]byte(namespace))

@@ -133,6 +133,27 @@ const (
 	descriptionMax = 1000
 )
 
+// argsSchema is ParseArgs' rules as a JSON Schema, with its limits.
+var argsSchema = fmt.Sprintf(`{
+	"type": "object",
+	"properties": {
+		"customer": {"type": "string", "minLength": 1, "maxLength": %[1]d, "description": "The Stripe customer id, such as cus_123."},
+		"amount": {"type": "integer", "minimum": 1, "description": "The amount in the currency's minor unit (cents for eur and usd): 1999 is 19.99."},
+		"currency": {"type": "string", "pattern": %[3]q, "description": "The ISO 4217 currency code, three letters, such as eur."},
+		"payment_method": {"type": "string", "minLength": 1, "maxLength": %[1]d, "description": "The Stripe payment method id, such as pm_card_visa. Defaults to the customer's default payment method."},
+		"description": {"type": "string", "maxLength": %[2]d, "description": "A description shown to the customer and in the Stripe dashboard."}
+	},
+	"required": ["customer", "amount", "currency"],
+	"additionalProperties": false
+}`, idMax, descriptionMax, currencyRE.String())
+
+// ArgsSchema returns the JSON Schema of a charge's arguments: what
+// ParseArgs checks, as far as a schema can say it.
+func ArgsSchema() json.RawMessage { return json.RawMessage(argsSchema) }
+
+// ArgsSchema implements effects.ArgsSchemaer.
+func (e *Effect) ArgsSchema() json.RawMessage { return ArgsSchema() }
+
 // ParseArgs validates a charge's arguments.
 func ParseArgs(args json.RawMessage) (*Args, error) {
 	var raw rawArgs
@@ -196,7 +217,7 @@ type Result struct {
 func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	args, err := ParseArgs(req.Args)
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	params := &stripe.PaymentIntentCreateParams{
 		Amount:   stripe.Int64(args.Amount),

@@ -218,7 +218,7 @@ func (e *Effect) newAttempt(req *effects.Request, createdAt time.Time) (*attempt
 	dec.UseNumber()
 	var args any
 	if err := dec.Decode(&args); err != nil {
-		return nil, effects.Permanent("invalid_args", fmt.Errorf("effect %s: args are not JSON", e.name))
+		return nil, effects.Permanent(effects.CodeInvalidArgs, fmt.Errorf("effect %s: args are not JSON", e.name))
 	}
 	var celArgs any
 	_ = json.Unmarshal(req.Args, &celArgs)
@@ -303,7 +303,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 func (e *Effect) renderError(err error) error {
 	var ia *invalidArgsError
 	if errors.As(err, &ia) {
-		return effects.Permanent("invalid_args", errors.New(e.scrub("effect "+e.name+": "+ia.msg)))
+		return effects.Permanent(effects.CodeInvalidArgs, errors.New(e.scrub("effect "+e.name+": "+ia.msg)))
 	}
 	return effects.NotSent("request_not_built", errors.New(e.scrub("effect "+e.name+": "+err.Error())))
 }

@@ -85,8 +85,8 @@ func (e *FileErrors) add(err error) {
 }
 
 // err returns the problems as an error: nil when there is none, a
-// *FileError when there is one (so that a helper's single problem reads
-// as before), a FileErrors when there are more.
+// *FileError when there is one (so that a helper's single problem is
+// returned as the helper made it), a FileErrors when there are more.
 func (e FileErrors) err() error {
 	switch len(e) {
 	case 0:

@@ -190,7 +190,7 @@ func (t *UpstreamTool) callArgs(args json.RawMessage, providerKey string) (map[s
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
 	if err := dec.Decode(&m); err != nil || m == nil {
-		return nil, effects.Permanent("invalid_args", fmt.Errorf("tool %s: args are not a JSON object", t.name))
+		return nil, effects.Permanent(effects.CodeInvalidArgs, fmt.Errorf("tool %s: args are not a JSON object", t.name))
 	}
 	if t.decl == nil {
 		return m, nil

@@ -48,6 +48,31 @@ const (
 	bodyMax       = 1 << 20
 )
 
+// argsSchema is ParseArgs' rules as a JSON Schema, with its limits. That
+// text or html is required is ParseArgs' alone: a schema would need an
+// anyOf at its top level, which hosts such as Anthropic's API refuse (and
+// then every tool of the server is lost).
+var argsSchema = fmt.Sprintf(`{
+	"type": "object",
+	"properties": {
+		"to": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1, "maxItems": %[1]d, "description": "The recipients' addresses, 1 to %[1]d."},
+		"cc": {"type": "array", "items": {"type": "string", "format": "email"}, "maxItems": %[1]d, "description": "Addresses to copy, up to %[1]d."},
+		"subject": {"type": "string", "minLength": 1, "maxLength": %[2]d, "description": "The subject line."},
+		"text": {"type": "string", "description": "The plain text body. At least one of text and html is required."},
+		"html": {"type": "string", "description": "The HTML body. At least one of text and html is required."},
+		"reply_to": {"type": "string", "format": "email", "description": "The address replies go to."}
+	},
+	"required": ["to", "subject"],
+	"additionalProperties": false
+}`, recipientsMax, subjectMax)
+
+// ArgsSchema returns the JSON Schema of an email's arguments: what
+// ParseArgs checks, as far as a schema can say it.
+func ArgsSchema() json.RawMessage { return json.RawMessage(argsSchema) }
+
+// ArgsSchema implements effects.ArgsSchemaer.
+func (e *Effect) ArgsSchema() json.RawMessage { return ArgsSchema() }
+
 // Config configures the email effect.
 type Config struct {
 	// Addr is the SMTP server, host:port. Required.
@@ -240,7 +265,7 @@ type Result struct {
 func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	args, err := ParseArgs(req.Args)
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	msg := e.compose(args, req.ProviderKey)
 

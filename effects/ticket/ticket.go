@@ -99,6 +99,40 @@ type rawArgs struct {
 
 var tagRE = regexp.MustCompile(`^[^\s,]+$`)
 
+// argsSchema is ParseArgs' rules as a JSON Schema, with its limits.
+var argsSchema = fmt.Sprintf(`{
+	"type": "object",
+	"properties": {
+		"subject": {"type": "string", "minLength": 1, "maxLength": %[1]d, "description": "The ticket's subject."},
+		"body": {"type": "string", "minLength": 1, "maxLength": %[2]d, "description": "The ticket's first comment."},
+		"requester_email": {"type": "string", "format": "email", "description": "The requester's email address."},
+		"priority": {"type": "string", "enum": %[3]s, "description": "The ticket's priority."},
+		"tags": {
+			"type": "array",
+			"items": {"type": "string", "minLength": 1, "maxLength": %[4]d, "pattern": %[5]q, "description": "A tag: one word, without spaces or commas."},
+			"maxItems": %[6]d,
+			"description": "Tags to set on the ticket, up to %[6]d."
+		}
+	},
+	"required": ["subject", "body"],
+	"additionalProperties": false
+}`, subjectMax, bodyMax, mustJSON(Priorities), tagMax, tagRE.String(), tagsMax)
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// ArgsSchema returns the JSON Schema of a ticket's arguments: what
+// ParseArgs checks, as far as a schema can say it.
+func ArgsSchema() json.RawMessage { return json.RawMessage(argsSchema) }
+
+// ArgsSchema implements effects.ArgsSchemaer.
+func (e *Effect) ArgsSchema() json.RawMessage { return ArgsSchema() }
+
 // ParseArgs validates a ticket's arguments: subject and body (required),
 // requester_email, priority (low, normal, high or urgent) and tags (up to 50
 // words without spaces or commas).
@@ -173,7 +207,7 @@ func (t *zendeskTicket) result() (json.RawMessage, error) {
 func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	args, err := ParseArgs(req.Args)
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	type requester struct {
 		Email string `json:"email"`
@@ -204,7 +238,7 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 	}
 	body, err := json.Marshal(map[string]any{"ticket": ticket})
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	// A body without GetBody: net/http then never sends the request again by
 	// itself (it does, for a replayable request, when a kept-alive connection

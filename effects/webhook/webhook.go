@@ -44,6 +44,26 @@ type Endpoint struct {
 
 var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
+// argsSchema is ParseArgs' rules as a JSON Schema. Which endpoints are
+// configured is ParseArgs' alone: the schema is the same for every
+// configuration.
+var argsSchema = fmt.Sprintf(`{
+	"type": "object",
+	"properties": {
+		"endpoint": {"type": "string", "pattern": %q, "description": "The name of an endpoint the operator configured (not a URL)."},
+		"payload": {"type": "object", "description": "The JSON object to post."}
+	},
+	"required": ["endpoint", "payload"],
+	"additionalProperties": false
+}`, endpointNameRE.String())
+
+// ArgsSchema returns the JSON Schema of a webhook's arguments: what
+// ParseArgs checks, as far as a schema can say it.
+func ArgsSchema() json.RawMessage { return json.RawMessage(argsSchema) }
+
+// ArgsSchema implements effects.ArgsSchemaer.
+func (e *Effect) ArgsSchema() json.RawMessage { return ArgsSchema() }
+
 // ParseEndpoints reads endpoints written "name=url[;dedupe],...". Errors name
 // the entry by position and never quote a URL, which can carry a token.
 func ParseEndpoints(s string) ([]Endpoint, error) {
@@ -270,7 +290,7 @@ type Result struct {
 func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	args, err := e.ParseArgs(req.Args)
 	if err != nil {
-		return nil, effects.Permanent("invalid_args", err)
+		return nil, effects.Permanent(effects.CodeInvalidArgs, err)
 	}
 	provider := "webhook " + args.Endpoint.Name
 	// A body without GetBody, so that net/http never resends the request by

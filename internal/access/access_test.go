@@ -1,8 +1,12 @@
 package access_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -110,4 +114,59 @@ func TestMatch(t *testing.T) {
 	require.False(t, ok)
 	_, ok = access.Match(nil, "")
 	require.False(t, ok)
+}
+
+func TestAllow(t *testing.T) {
+	t.Parallel()
+
+	for action, need := range map[access.Action]access.Role{
+		access.ActionRead:    access.RoleReader,
+		access.ActionEnqueue: access.RoleAgent,
+		access.ActionCancel:  access.RoleAgent,
+		access.ActionResolve: access.RoleOperator,
+		access.ActionApprove: access.RoleOperator,
+		access.ActionDeny:    access.RoleOperator,
+	} {
+		require.Equal(t, need, action.Role(), action)
+		for _, role := range []access.Role{access.RoleReader, access.RoleAgent, access.RoleOperator} {
+			require.Equal(t, role.Allows(need), access.Allow(role, action), "%s %s", role, action)
+			require.Equal(t, role.Allows(need), access.AllowNamed([]string{"x", role.String()}, action), "%s %s", role, action)
+		}
+	}
+	require.False(t, access.Allow(access.RoleOperator, access.Action("delete")))
+	require.False(t, access.AllowNamed(nil, access.ActionRead))
+	require.False(t, access.AllowNamed([]string{"admin"}, access.ActionRead))
+}
+
+func TestFromLoopback(t *testing.T) {
+	t.Parallel()
+
+	request := func(host string, local net.Addr) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "http://"+host+"/", nil)
+		if local != nil {
+			r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, local))
+		}
+		return r
+	}
+	loopback := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
+	public := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 8080}
+
+	require.True(t, access.FromLoopback(request("localhost:8080", loopback)))
+	require.True(t, access.FromLoopback(request("[::1]:8080", nil)))
+	require.False(t, access.FromLoopback(request("localhost:8080", public)))
+	require.False(t, access.FromLoopback(request("evil.example:8080", loopback)), "a rebound DNS name")
+	require.False(t, access.ViaLoopback(request("localhost:8080", public)))
+	require.True(t, access.IsLoopbackAddr("127.0.0.2"))
+	require.False(t, access.IsLoopbackAddr(":8080"))
+}
+
+func TestBasicAuthMatches(t *testing.T) {
+	t.Parallel()
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	require.False(t, access.BasicAuthMatches(r, "", ""), "no credentials sent")
+	r.SetBasicAuth("ops", "secret")
+	require.True(t, access.BasicAuthMatches(r, "ops", "secret"))
+	require.False(t, access.BasicAuthMatches(r, "ops", "secret2"))
+	require.False(t, access.BasicAuthMatches(r, "ops2", "secret"))
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/outbox-dev/outbox/internal/access"
-	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
 // checkAPIAuth refuses, in one line, a configuration that would expose the
@@ -91,5 +90,5 @@ func uiAddr(cfg *Config) string {
 // interface.
 func loopbackListenAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	return err == nil && host != "" && httpapi.IsLoopbackAddr(addr)
+	return err == nil && host != "" && access.IsLoopbackAddr(addr)
 }

@@ -1,22 +1,7 @@
 package cli
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"math"
-	"net"
-	"net/mail"
-	"net/url"
-	"os"
-	"reflect"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,21 +11,21 @@ import (
 	"github.com/outbox-dev/outbox/effects/webhook"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
-	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// Config is outboxd's configuration, read from the environment (README, "Operations"). Each field's tags name its variable and default (env), say what a valid
-// value looks like (expect: the error for a bad value quotes it) and describe
-// it for --help (help). Fields tagged secret:"true" hold secrets: their values
+// Config is outboxd's configuration, read from the environment (README,
+// "Operations"). Each field's tags name its variable and default (env), say
+// what a valid value looks like (expect: the error for a bad value quotes it)
+// and describe it for --help (help). Fields tagged secret:"true" hold secrets: their values
 // never appear in errors or logs.
 //
 // A variable set to the empty string counts as unset, so that OUTBOX_SCHEMA=
 // means the default rather than an invalid schema.
 type Config struct {
 	// AdminAddr, when set, is a second listen address for /healthz,
-	// /readyz, /metrics and River UI, which OUTBOX_HTTP_ADDR then no longer
-	// serves. Defaults to none: one listener serves everything.
+	// /readyz, /metrics and River UI, which OUTBOX_HTTP_ADDR then does not
+	// serve. Defaults to none: one listener serves everything.
 	AdminAddr string `env:"OUTBOX_ADMIN_ADDR" expect:"a listen address host:port such as 127.0.0.1:9090" help:"separate listener for /metrics, /riverui/ and the health endpoints; OUTBOX_HTTP_ADDR then serves only /v1/ and /mcp"`
 
 	// AllowNoAuth lets serve run without API tokens, on a loopback address
@@ -281,11 +266,6 @@ const (
 // workersMax bounds OUTBOX_WORKERS, and so serve's pool size.
 const workersMax = 10000
 
-// schemaRE is what OUTBOX_SCHEMA must match: a name that needs no quoting
-// and leaves room in Postgres's 63-byte identifiers for the NOTIFY channels
-// derived from it.
-var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
-
 // ConfigError is a bad configuration value: the variable and what it
 // expected. Its message is one line, free of secrets.
 type ConfigError struct {
@@ -298,182 +278,9 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string { return e.Var + ": " + e.Message }
 
-// nonEmptyLookuper reports variables set to the empty string as unset.
-type nonEmptyLookuper struct{ envconfig.Lookuper }
-
-func (l nonEmptyLookuper) Lookup(key string) (string, bool) {
-	v, ok := l.Lookuper.Lookup(key)
-	return v, ok && v != ""
-}
-
-// loadConfig reads and checks the configuration. A bad value is reported as
-// a *ConfigError.
-func loadConfig(ctx context.Context, lookuper envconfig.Lookuper) (*Config, error) {
-	lookuper = nonEmptyLookuper{lookuper}
-	last := &lastKeyLookuper{Lookuper: lookuper}
-	var cfg Config
-	if err := envconfig.ProcessWith(ctx, &envconfig.Config{Target: &cfg, Lookuper: last}); err != nil {
-		// go-envconfig's errors may quote the value, a secret perhaps; name
-		// the variable instead, and quote the value only when it is not a
-		// secret.
-		if field, ok := fieldOfVar(last.key); ok {
-			return nil, invalid(lookuper, field)
-		}
-		return nil, fmt.Errorf("error reading configuration: %w", err)
-	}
-	if err := cfg.validate(lookuper); err != nil {
-		return nil, err
-	}
-	cfg.lookuper = lookuper
-	return &cfg, nil
-}
-
-// lastKeyLookuper remembers the last variable looked up. go-envconfig looks
-// each field's variable up just before decoding it, and stops at the first
-// failure, so when decoding fails the last variable is the one at fault:
-// known without reading the library's error text.
-type lastKeyLookuper struct {
-	envconfig.Lookuper
-	key string
-}
-
-func (l *lastKeyLookuper) Lookup(key string) (string, bool) {
-	l.key = key
-	return l.Lookuper.Lookup(key)
-}
-
-// fieldOfVar returns the Config field read from the variable name.
-func fieldOfVar(name string) (string, bool) {
-	typ := reflect.TypeFor[Config]()
-	for i := range typ.NumField() {
-		if field := typ.Field(i).Name; envName(field) == name {
-			return field, true
-		}
-	}
-	return "", false
-}
-
-// validate checks what go-envconfig's decoding does not: ranges, enums and
-// formats.
-func (c *Config) validate(lookuper envconfig.Lookuper) error {
-	var dbErr, levelErr, rateErr error
-	c.poolConfig = nil
-	if c.DatabaseURL != "" {
-		c.poolConfig, dbErr = parseDatabaseURL(c.DatabaseURL)
-	}
-	c.logLevel, levelErr = parseLevel(c.LogLevel)
-	c.rateLimit, rateErr = ParseRateLimit(c.RateLimit)
-	checks := []struct {
-		field string
-		ok    bool
-	}{
-		{"ApprovalTTL", c.ApprovalTTL > 0},
-		{"AutoKeyWindow", c.AutoKeyWindow > 0},
-		{"DatabaseURL", dbErr == nil},
-		{"EffectTimeout", c.EffectTimeout > 0},
-		{"EffectsFile", c.EffectsFile == "" || readableFile(c.EffectsFile)},
-		// A lock means nothing without the file whose upstreams it pins.
-		{"EffectsLock", c.EffectsLock == "" || (c.EffectsFile != "" && strings.HasSuffix(c.EffectsLock, ".lock"))},
-		{"HeartbeatInterval", c.HeartbeatInterval > 0},
-		{"LockTimeout", c.LockTimeout >= 0},
-		{"StatementTimeout", c.StatementTimeout >= 0},
-		{"HTTPAddr", validAddr(c.HTTPAddr)},
-		{"AdminAddr", c.AdminAddr == "" || validAddr(c.AdminAddr)},
-		{"TLSCertFile", c.TLSCertFile == "" || readableFile(c.TLSCertFile)},
-		{"TLSKeyFile", c.TLSKeyFile == "" || readableFile(c.TLSKeyFile)},
-		{"LogFormat", c.LogFormat == "text" || c.LogFormat == "json"},
-		{"MaxWaits", c.MaxWaits >= 1 && c.MaxWaits <= 100000},
-		{"ModelKeyGuard", slices.Contains([]keyguard.Mode{keyguard.ModeRefuse, keyguard.ModeReplay, keyguard.ModeOff}, keyguard.Mode(c.ModelKeyGuard))},
-		{"LogLevel", levelErr == nil},
-		{"MaxAttempts", c.MaxAttempts >= 1},
-		{"Namespace", outbox.ValidateNamespace(c.Namespace) == nil},
-		{"RateLimit", rateErr == nil},
-		{"ReconcileInterval", c.ReconcileInterval > 0},
-		{"Retention", c.Retention > 0},
-		{"Schema", schemaRE.MatchString(c.Schema)},
-		{"SMTPAddr", c.SMTPAddr == "" || validHostPort(c.SMTPAddr)},
-		{"SMTPFrom", c.SMTPFrom == "" || validEmail(c.SMTPFrom)},
-		{"SMTPTLS", c.SMTPTLS == "starttls" || c.SMTPTLS == "tls" || c.SMTPTLS == "none"},
-		{"StripeURL", validHTTPURL(c.StripeURL)},
-		{"WebhookSecret", c.WebhookSecret == "" || validWebhookSecret(c.WebhookSecret)},
-		{"Workers", c.Workers >= 1 && c.Workers <= workersMax},
-		{"ZendeskURL", c.ZendeskURL == "" || validHTTPURL(c.ZendeskURL)},
-	}
-	for _, check := range checks {
-		if !check.ok {
-			return invalid(lookuper, check.field)
-		}
-	}
-	if err := c.validateWebhooks(); err != nil {
-		return err
-	}
-	if err := c.validateApproval(); err != nil {
-		return err
-	}
-	if err := c.loadTokens(); err != nil {
-		return err
-	}
-	// A provider is enabled by one variable, and then needs its others.
-	requires := []struct {
-		field, needs string
-		ok           bool
-	}{
-		{"SMTPFrom", "SMTPAddr", c.SMTPAddr == "" || c.SMTPFrom != ""},
-		{"TLSKeyFile", "TLSCertFile", c.TLSCertFile == "" || c.TLSKeyFile != ""},
-		{"TLSCertFile", "TLSKeyFile", c.TLSKeyFile == "" || c.TLSCertFile != ""},
-		{"WebhookSecret", "Webhooks", c.Webhooks == "" || c.WebhookSecret != ""},
-		{"ZendeskEmail", "ZendeskURL", c.ZendeskURL == "" || c.ZendeskEmail != ""},
-		{"ZendeskToken", "ZendeskURL", c.ZendeskURL == "" || c.ZendeskToken != ""},
-	}
-	for _, r := range requires {
-		if !r.ok {
-			return &ConfigError{Var: envName(r.field), Message: "not set; expected " + fieldTag(r.field, "expect") + ", required when " + envName(r.needs) + " is set"}
-		}
-	}
-	return nil
-}
-
-// validateApproval checks OUTBOX_APPROVAL, naming the bad rule, and that
-// OUTBOX_APPROVAL_WEBHOOK names a configured endpoint (the sandbox
-// configures its own).
-func (c *Config) validateApproval() error {
-	rules, err := outbox.ParseApprovalRules(c.Approval)
-	if err != nil {
-		return &ConfigError{Var: envName("Approval"), Message: err.Error() + "; expected " + fieldTag("Approval", "expect")}
-	}
-	c.approvalRules = nil
-	if c.Approval != "" {
-		c.approvalRules = rules
-	}
-	if c.ApprovalWebhook == "" || c.Sandbox {
-		return nil
-	}
-	for _, ep := range c.webhooks {
-		if ep.Name == c.ApprovalWebhook {
-			return nil
-		}
-	}
-	return &ConfigError{Var: envName("ApprovalWebhook"), Message: fmt.Sprintf("expected %s, got %q", fieldTag("ApprovalWebhook", "expect"), c.ApprovalWebhook)}
-}
-
 // ApprovalRules returns OUTBOX_APPROVAL's rules, nil when it is unset (the
 // rules stored in the database stay in force).
 func (c *Config) ApprovalRules() []outbox.ApprovalRule { return c.approvalRules }
-
-// validateWebhooks checks and keeps OUTBOX_WEBHOOKS' endpoints, saying
-// which entry is wrong without quoting it: its URL can carry a token.
-func (c *Config) validateWebhooks() error {
-	c.webhooks = nil
-	if c.Webhooks == "" {
-		return nil
-	}
-	eps, err := webhook.ParseEndpoints(c.Webhooks)
-	if err != nil {
-		return &ConfigError{Var: envName("Webhooks"), Message: "expected " + fieldTag("Webhooks", "expect") + "; " + err.Error()}
-	}
-	c.webhooks = eps
-	return nil
-}
 
 // setDatabaseURL sets DatabaseURL after loadConfig (the demo's throwaway
 // cluster), parsing it as validate does.
@@ -494,160 +301,9 @@ func (c *Config) requireDatabaseURL() error {
 	return nil
 }
 
-// invalid is the *ConfigError for the field's variable as the lookuper has
-// it.
-func invalid(lookuper envconfig.Lookuper, field string) error {
-	name := envName(field)
-	msg := "expected " + fieldTag(field, "expect")
-	if value, ok := lookuper.Lookup(name); ok && fieldTag(field, "secret") != "true" {
-		msg += fmt.Sprintf(", got %q", value)
-	}
-	return &ConfigError{Var: name, Message: msg}
-}
-
-// fieldTag returns the tag key of Config's field.
-func fieldTag(field, key string) string {
-	f, ok := reflect.TypeFor[Config]().FieldByName(field)
-	if !ok {
-		panic("cli: no Config field " + field)
-	}
-	return f.Tag.Get(key)
-}
-
-// envName returns the variable of Config's field, and envDefault its
-// default.
-func envName(field string) string {
-	name, _, _ := strings.Cut(fieldTag(field, "env"), ",")
-	return name
-}
-
-func envDefault(field string) string {
-	_, opts, _ := strings.Cut(fieldTag(field, "env"), ",")
-	_, def, _ := strings.Cut(opts, "default=")
-	return def
-}
-
-// loadTokens parses OUTBOX_API_TOKENS and OUTBOX_API_TOKENS_FILE into
-// c.tokens, naming the entry at fault and never the token.
-func (c *Config) loadTokens() error {
-	c.tokens = nil
-	if c.APITokens != "" {
-		tokens, err := access.ParseTokens(c.APITokens)
-		if err != nil {
-			return &ConfigError{Var: envName("APITokens"), Message: err.Error()}
-		}
-		c.tokens = tokens
-	}
-	if c.APITokensFile != "" {
-		b, err := os.ReadFile(c.APITokensFile)
-		if err != nil {
-			return &ConfigError{Var: envName("APITokensFile"), Message: "cannot read the file: " + err.Error()}
-		}
-		tokens, err := access.ParseTokenFile(string(b))
-		if err != nil {
-			return &ConfigError{Var: envName("APITokensFile"), Message: err.Error()}
-		}
-		c.tokens = append(c.tokens, tokens...)
-	}
-	return nil
-}
-
 // Tokens returns the API tokens of OUTBOX_API_TOKENS and
 // OUTBOX_API_TOKENS_FILE.
 func (c *Config) Tokens() []access.Token { return c.tokens }
 
 // RateLimitValue returns OUTBOX_RATE_LIMIT, parsed.
 func (c *Config) RateLimitValue() httpapi.RateLimit { return c.rateLimit }
-
-// ParseRateLimit parses OUTBOX_RATE_LIMIT, "rps[:burst]": "10" is 10 a
-// second with a burst of 10, "0.5:5" one every two seconds with a burst of 5.
-// The empty string, "0" and "off" are no limit.
-func ParseRateLimit(s string) (httpapi.RateLimit, error) {
-	s = strings.TrimSpace(s)
-	if s == "" || s == "0" || s == "off" {
-		return httpapi.RateLimit{}, nil
-	}
-	rpsText, burstText, hasBurst := strings.Cut(s, ":")
-	rps, err := strconv.ParseFloat(rpsText, 64)
-	if err != nil || math.IsNaN(rps) || math.IsInf(rps, 0) || rps <= 0 {
-		return httpapi.RateLimit{}, fmt.Errorf("the rate %q is not a positive number of requests a second", rpsText)
-	}
-	burst := max(1, int(math.Ceil(rps)))
-	if hasBurst {
-		if burst, err = strconv.Atoi(burstText); err != nil || burst < 1 {
-			return httpapi.RateLimit{}, fmt.Errorf("the burst %q is not a positive whole number", burstText)
-		}
-	}
-	return httpapi.RateLimit{PerSecond: rps, Burst: burst}, nil
-}
-
-// readableFile reports whether path names a file this process can read.
-func readableFile(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	return err == nil && info.Mode().IsRegular()
-}
-
-func validAddr(addr string) bool {
-	_, port, err := net.SplitHostPort(addr)
-	return err == nil && port != ""
-}
-
-func validHostPort(addr string) bool {
-	host, port, err := net.SplitHostPort(addr)
-	return err == nil && host != "" && port != ""
-}
-
-func validEmail(s string) bool {
-	_, err := mail.ParseAddress(s)
-	return err == nil
-}
-
-func validHTTPURL(s string) bool {
-	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
-}
-
-func validWebhookSecret(s string) bool {
-	_, err := webhook.ParseSecret(s)
-	return err == nil
-}
-
-// errUnparsableDatabaseURL is parseDatabaseURL's error. It says only that
-// the string could not be parsed: pgx's own error quotes the string, and
-// redacts its password only as best it can.
-var errUnparsableDatabaseURL = errors.New("DATABASE_URL: cannot be parsed as a Postgres connection string")
-
-// parseDatabaseURL parses a connection string into a pool configuration.
-func parseDatabaseURL(url string) (*pgxpool.Config, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, errUnparsableDatabaseURL
-	}
-	return cfg, nil
-}
-
-// writeEnvHelp lists the variables, their defaults and meaning.
-func writeEnvHelp(w io.Writer) {
-	t := reflect.TypeFor[Config]()
-	fields := make([]reflect.StructField, t.NumField())
-	for i := range fields {
-		fields[i] = t.Field(i)
-	}
-	slices.SortFunc(fields, func(a, b reflect.StructField) int {
-		return strings.Compare(envName(a.Name), envName(b.Name))
-	})
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, f := range fields {
-		def := envDefault(f.Name)
-		if def == "" {
-			def = "-"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", envName(f.Name), def, f.Tag.Get("help"))
-	}
-	tw.Flush() //nolint:errcheck // the writer's errors are its own
-}

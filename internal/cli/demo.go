@@ -222,7 +222,7 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 	// story should see it.
 	dcfg := daemonConfig(cfg, registry, logger)
 	for _, p := range up.catalog.Passthrough {
-		dcfg.API.MCPPassthrough = append(dcfg.API.MCPPassthrough, p)
+		dcfg.MCP.Passthrough = append(dcfg.MCP.Passthrough, p)
 	}
 	dcfg.Dispatcher.EffectTimeout = demo.ClientTimeout
 	dcfg.GaugeRefreshInterval = time.Second

@@ -19,8 +19,8 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/daemon"
-	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/metrics"
 	"github.com/outbox-dev/outbox/migrations"
 )
@@ -164,14 +164,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 // daemonConfig is what serve (and the demo) run, from the configuration.
 func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
-		AdminAddr: cfg.AdminAddr,
-		API: httpapi.Config{
-			AutoKeyWindow:  cfg.AutoKeyWindow,
-			MaxWaits:       cfg.MaxWaits,
-			MCPPassthrough: passthroughTools(cfg),
-			ModelKeyGuard:  keyguard.Mode(cfg.ModelKeyGuard),
-			RateLimit:      cfg.RateLimitValue(),
-		},
+		AdminAddr:     cfg.AdminAddr,
 		APITokens:     cfg.Tokens(),
 		ApprovalRules: cfg.ApprovalRules(),
 		Collectors:    []prometheus.Collector{databaseErrors, declaredRuleErrors, upstreamCalls, upstreamDrift},
@@ -191,10 +184,17 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		GaugeRefreshInterval: time.Duration(gaugeRefreshInterval.Load()),
 		HTTPAddr:             cfg.HTTPAddr,
 		Logger:               logger,
-		Schema:               cfg.Schema,
-		TLSCertFile:          cfg.TLSCertFile,
-		TLSKeyFile:           cfg.TLSKeyFile,
-		Version:              version(),
+		MaxWaits:             cfg.MaxWaits,
+		MCP: mcpserver.Config{
+			AutoKeyWindow: cfg.AutoKeyWindow,
+			ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
+			Passthrough:   passthroughTools(cfg),
+		},
+		RateLimit:   cfg.RateLimitValue(),
+		Schema:      cfg.Schema,
+		TLSCertFile: cfg.TLSCertFile,
+		TLSKeyFile:  cfg.TLSKeyFile,
+		Version:     version(),
 	}
 }
 

@@ -12,15 +12,6 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-// actionRole is the role each change needs: the HTTP API's (cancel is an
-// agent's, the rest an operator's).
-var actionRole = map[string]access.Role{
-	"approve": access.RoleOperator,
-	"deny":    access.RoleOperator,
-	"resolve": access.RoleOperator,
-	"cancel":  access.RoleAgent,
-}
-
 // forbidden answers a principal whose role may not make a change.
 func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, p *principal, need access.Role) {
 	h.renderError(w, r, p, http.StatusForbidden, outbox.CodeForbidden,
@@ -33,13 +24,15 @@ func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, p *principal
 // (303), so that reloading it repeats nothing.
 func (h *Handler) act(w http.ResponseWriter, r *http.Request, p *principal) {
 	namespace, key, action := r.PathValue("namespace"), r.PathValue("key"), r.PathValue("action")
-	need, ok := actionRole[action]
-	if !ok {
+	need := access.Action(action)
+	switch need {
+	case access.ActionApprove, access.ActionDeny, access.ActionResolve, access.ActionCancel:
+	default:
 		h.renderError(w, r, p, http.StatusNotFound, "not_found", "There is no such action: approve, deny, resolve or cancel.")
 		return
 	}
-	if !p.role.Allows(need) {
-		h.forbidden(w, r, p, need)
+	if !access.Allow(p.role, need) {
+		h.forbidden(w, r, p, need.Role())
 		return
 	}
 	if !p.sees(namespace) {
@@ -99,8 +92,8 @@ type bulkView struct {
 // filter matches (up to BulkLimit; "more" past it), and the form that
 // confirms the cancel of exactly that count.
 func (h *Handler) bulkPreview(w http.ResponseWriter, r *http.Request, p *principal) {
-	if !p.role.Allows(access.RoleAgent) {
-		h.forbidden(w, r, p, access.RoleAgent)
+	if !access.Allow(p.role, access.ActionCancel) {
+		h.forbidden(w, r, p, access.ActionCancel.Role())
 		return
 	}
 	form, f, problem := parseFilter(r, p)
@@ -133,8 +126,8 @@ func (h *Handler) bulkPreview(w http.ResponseWriter, r *http.Request, p *princip
 // The form carries the count the preview showed: if more match now, the
 // operator is shown the new count instead, since they confirmed fewer.
 func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request, p *principal) {
-	if !p.role.Allows(access.RoleAgent) {
-		h.forbidden(w, r, p, access.RoleAgent)
+	if !access.Allow(p.role, access.ActionCancel) {
+		h.forbidden(w, r, p, access.ActionCancel.Role())
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, formMax)

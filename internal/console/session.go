@@ -3,7 +3,6 @@ package console
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/outbox-dev/outbox/internal/access"
-	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
 // sessionCookie names the console's session cookie. It carries only a
@@ -120,7 +118,7 @@ func (h *Handler) authenticate(r *http.Request) (principal, bool) {
 	if p, ok := h.basicUser(r); ok {
 		return p, true
 	}
-	if h.openMode() && loopback(r) {
+	if h.openMode() && access.FromLoopback(r) {
 		return principal{name: access.ActorLocal, role: access.RoleOperator}, true
 	}
 	return principal{}, false
@@ -132,28 +130,10 @@ func (h *Handler) openMode() bool { return len(h.tokens) == 0 && h.uiUser == "" 
 
 // basicUser checks r's basic credentials against the River UI user's.
 func (h *Handler) basicUser(r *http.Request) (principal, bool) {
-	user, password, ok := r.BasicAuth()
-	if !ok || h.uiUser == "" {
-		return principal{}, false
-	}
-	// Compared as SHA-256 sums, both whatever the first's outcome, so that
-	// the time taken tells nothing of either.
-	gu, gp := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
-	wu, wp := sha256.Sum256([]byte(h.uiUser)), sha256.Sum256([]byte(h.uiPassword))
-	if subtle.ConstantTimeCompare(gu[:], wu[:])&subtle.ConstantTimeCompare(gp[:], wp[:]) != 1 {
+	if h.uiUser == "" || !access.BasicAuthMatches(r, h.uiUser, h.uiPassword) {
 		return principal{}, false
 	}
 	return principal{name: h.uiUser, role: access.RoleOperator}, true
-}
-
-// loopback reports whether r came through a loopback address with a
-// loopback Host: the Host check stops a page that rebinds its own DNS name
-// to 127.0.0.1.
-func loopback(r *http.Request) bool {
-	if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && !httpapi.IsLoopbackAddr(addr.String()) {
-		return false
-	}
-	return httpapi.IsLoopbackAddr(r.Host)
 }
 
 // signedIn runs page for a signed-in request, and sends any other to the
@@ -196,7 +176,7 @@ func safeNext(next string) string {
 }
 
 func (h *Handler) loginView(r *http.Request, msg string) *loginView {
-	return &loginView{Basic: h.uiUser != "", Message: msg, Next: safeNext(r.FormValue("next")), Open: h.openMode() && loopback(r)}
+	return &loginView{Basic: h.uiUser != "", Message: msg, Next: safeNext(r.FormValue("next")), Open: h.openMode() && access.FromLoopback(r)}
 }
 
 // loginPage is GET /console/login.

@@ -30,6 +30,7 @@ import (
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
+	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -55,14 +56,8 @@ const (
 type Config struct {
 	// AdminAddr, when set, is a second listener for the operators' paths
 	// (/healthz, /readyz, /metrics, River UI, the console), which HTTPAddr
-	// then no longer serves: the public port carries only /v1/ and /mcp.
+	// then does not serve: the public port carries only /v1/ and /mcp.
 	AdminAddr string
-
-	// API configures the HTTP API and /mcp: AutoKeyWindow, MaxWaits,
-	// ModelKeyGuard, RateLimit. Its AuthFailureFunc, Logger,
-	// PossibleDuplicateFunc, Tokens, TracerProvider and Version are set
-	// by the daemon.
-	API httpapi.Config
 
 	// APITokens are the bearer tokens of the API, /mcp and the console,
 	// each with its namespace and role. Empty serves namespace default
@@ -106,6 +101,23 @@ type Config struct {
 	// discards.
 	Logger *slog.Logger
 
+	// MaxWaits bounds the waits (?wait= and get_intent's wait_seconds) in
+	// progress at once, over HTTP and /mcp together, shared fairly by
+	// namespace (httpapi.Waits). Defaults to httpapi.MaxWaitsDefault.
+	MaxWaits int
+
+	// MCP configures /mcp's servers: AutoKeyWindow, ModelKeyGuard,
+	// Passthrough and Tools. The API's key guard, which guards enqueues
+	// sent with Idempotency-Key-Source: model as /mcp's tools are, takes
+	// the same AutoKeyWindow and ModelKeyGuard. Its Actor, Logger,
+	// Namespace, PossibleDuplicateFunc, RateLimitFunc, TracerProvider,
+	// Version and WaitFunc are set by the daemon.
+	MCP mcpserver.Config
+
+	// RateLimit bounds each token's enqueues, over HTTP and /mcp together.
+	// Defaults to no limit.
+	RateLimit httpapi.RateLimit
+
 	// Schema holds River's and outbox's tables. Defaults to
 	// outbox.SchemaDefault.
 	Schema string
@@ -145,10 +157,9 @@ func (c *Config) withDefaults() *Config {
 	// The console shows the time left to approve by the dispatcher's TTL,
 	// and serve's metric reports it: the one the reconciler applies.
 	out.Dispatcher = *out.Dispatcher.WithDefaults()
-	out.API.Logger = out.Logger
-	out.API.Tokens = out.APITokens
-	out.API.TracerProvider = out.TracerProvider
-	out.API.Version = out.Version
+	out.MCP.Logger = out.Logger
+	out.MCP.TracerProvider = out.TracerProvider
+	out.MCP.Version = out.Version
 	out.Console.ApprovalTTL = out.Dispatcher.ApprovalTTL
 	out.Console.Logger = out.Logger.With(slog.String("component", "console"))
 	out.Console.RiverUIPath = riverUIPrefix
@@ -226,13 +237,11 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	if err := d.applyApprovalRules(ctx, c.ApprovalRules, c.Effects); err != nil {
 		return nil, err
 	}
-	apiConfig := c.API
-	apiConfig.AuthFailureFunc = d.metrics.authFailures.Inc
-	apiConfig.DatabaseUnavailableFunc = func(reason string) {
-		d.metrics.databaseUnavailable.WithLabelValues(reason).Inc()
+	api, err := d.newAPI(pool, c)
+	if err != nil {
+		return nil, err
 	}
-	apiConfig.PossibleDuplicateFunc = d.metrics.enqueues.ObservePossibleDuplicate
-	api, err := httpapi.New(pool, d.Client, &apiConfig)
+	migrator, err := migrations.New(pool, c.Schema)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +315,8 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 
 	handlerConfig := &httpHandlerConfig{
 		API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Console: consoleHandler, Logger: c.Logger,
-		Metrics: d.metrics.registry, RiverUI: ui, UIPassword: c.Console.UIPassword, UIUser: c.Console.UIUser,
+		Metrics: d.metrics.registry, Ready: newReadyz(migrator, c.Logger), RiverUI: ui,
+		UIPassword: c.Console.UIPassword, UIUser: c.Console.UIUser,
 		// One budget of wrong credentials per address, across both
 		// listeners.
 		FailureLimiter: access.NewFailureLimiter(0, 0),

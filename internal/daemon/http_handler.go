@@ -2,12 +2,9 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,7 +17,6 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/console"
-	"github.com/outbox-dev/outbox/internal/httpapi"
 )
 
 // riverUIPrefix is where serve mounts River UI.
@@ -28,8 +24,7 @@ const riverUIPrefix = "/riverui"
 
 // httpHandlerConfig is what newHTTPHandler serves.
 type httpHandlerConfig struct {
-	// API serves /v1/, /mcp and /readyz (package httpapi). Nil serves none
-	// of them.
+	// API serves /v1/ and /mcp (package httpapi). Nil serves neither.
 	API http.Handler
 
 	// AuthFailureFunc, when set, counts each River UI request refused for
@@ -51,6 +46,9 @@ type httpHandlerConfig struct {
 
 	// Metrics is what /metrics exposes.
 	Metrics prometheus.Gatherer
+
+	// Ready serves /readyz (newReadyz). Nil serves none.
+	Ready http.Handler
 
 	// RiverUI serves /riverui/, behind basic auth (UIUser, UIPassword) or,
 	// without credentials, to loopback requests only. Nil serves no UI.
@@ -99,8 +97,10 @@ func newHTTPMux(config *httpHandlerConfig, parts httpParts) http.Handler {
 		mux.Handle("/v1/", config.API)
 		mux.Handle("/mcp", config.API)
 	}
-	if config.API != nil && admin {
-		mux.Handle("/readyz", config.API)
+	if config.Ready != nil && admin {
+		// Beside the API's handler, not in it: /readyz is not traced, as
+		// probes every few seconds would bury the agents' requests.
+		mux.Handle("GET /readyz", config.Ready)
 	}
 	if config.RiverUI != nil && admin {
 		// The mux redirects /riverui to /riverui/; River UI strips the
@@ -163,25 +163,15 @@ func startRiverUI(ctx context.Context, ui *riverui.Handler) (stop func(), err er
 // OPTIONS: River UI's cancel, delete, retry, pause and resume) is logged at
 // info with the user who sent it, for the audit trail.
 func protectRiverUI(ui http.Handler, user, password string, logger *slog.Logger, authFailed func()) http.Handler {
-	// Compared as SHA-256 sums, so that the time a comparison takes tells
-	// nothing of either value's length.
-	wantUser, wantPassword := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
-	authorized := func(r *http.Request) bool {
-		gotUser, gotPassword, ok := r.BasicAuth()
-		u, p := sha256.Sum256([]byte(gotUser)), sha256.Sum256([]byte(gotPassword))
-		// Both compared whatever the first's outcome.
-		match := subtle.ConstantTimeCompare(u[:], wantUser[:]) & subtle.ConstantTimeCompare(p[:], wantPassword[:])
-		return ok && match == 1
-	}
 	protect := http.NewCrossOriginProtection()
 	return protect.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case user == "":
-			if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); (ok && !httpapi.IsLoopbackAddr(addr.String())) || !httpapi.IsLoopbackAddr(r.Host) {
+			if !access.FromLoopback(r) {
 				http.Error(w, "River UI: without OUTBOX_UI_USER and OUTBOX_UI_PASSWORD it answers only on a loopback address", http.StatusForbidden)
 				return
 			}
-		case !authorized(r):
+		case !access.BasicAuthMatches(r, user, password):
 			authFailed()
 			w.Header().Set("WWW-Authenticate", `Basic realm="outbox River UI", charset="UTF-8"`)
 			http.Error(w, "River UI: the user and password of OUTBOX_UI_USER and OUTBOX_UI_PASSWORD are required", http.StatusUnauthorized)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/outbox-dev/outbox/effects/charge"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -27,7 +28,7 @@ func (s *Story) approval(ctx context.Context) error {
 	key := "demo-" + s.run + "-order-1003"
 	args := map[string]any{"amount": bigChargeAmount, "currency": chargeCurrency, "customer": chargeCustomer,
 		"payment_method": chargePaymentMethod, "description": "order 1003"}
-	asked, err := s.enqueue(ctx, key, "charge", args)
+	asked, err := s.enqueue(ctx, key, charge.Name, args)
 	if err != nil {
 		return err
 	}

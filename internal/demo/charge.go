@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-dev/outbox/effects/charge"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -156,7 +157,7 @@ func (s *Story) chargeWithOutbox(ctx context.Context) error {
 	done := s.out.Progress("with outbox: the tool records an intent, and outbox's worker calls Stripe")
 	defer done()
 	for i := range lane.calls {
-		a, err := s.enqueue(ctx, lane.key, "charge", args)
+		a, err := s.enqueue(ctx, lane.key, charge.Name, args)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ package demo
 import (
 	"context"
 
+	"github.com/outbox-dev/outbox/effects/email"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -24,7 +25,7 @@ func (s *Story) emailCrash(ctx context.Context) error {
 		"text":    "Thank you for your order. We charged your card 19.99 EUR.",
 	}
 	done := s.out.Progress("email: the mail server crashes mid-send")
-	first, err := s.enqueue(ctx, lost.key, "email", args)
+	first, err := s.enqueue(ctx, lost.key, email.Name, args)
 	if err != nil {
 		done()
 		return err
@@ -35,7 +36,7 @@ func (s *Story) emailCrash(ctx context.Context) error {
 		return err
 	}
 	// The agent retries, as it did the charge.
-	again, err := s.enqueue(ctx, lost.key, "email", args)
+	again, err := s.enqueue(ctx, lost.key, email.Name, args)
 	done()
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/outbox-dev/outbox/effects/charge"
 )
 
 // modelReEmits is part 3: the model calls charge_card again with an
@@ -77,7 +79,7 @@ func (s *Story) modelReEmits(ctx context.Context) error {
 // modelCall records a charge under a key that came from the model: guarded
 // (Idempotency-Key-Source: model) or not.
 func (s *Story) modelCall(ctx context.Context, key string, args map[string]any, guarded, newAction bool) (*apiAnswer, error) {
-	body, err := json.Marshal(map[string]any{"effect": "charge", "args": args, "requested_by": "demo-agent", "new_action": newAction})
+	body, err := json.Marshal(map[string]any{"effect": charge.Name, "args": args, "requested_by": "demo-agent", "new_action": newAction})
 	if err != nil {
 		return nil, err
 	}

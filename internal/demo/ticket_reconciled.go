@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/outbox-dev/outbox/effects/ticket"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -24,7 +25,7 @@ func (s *Story) ticketReconciled(ctx context.Context) error {
 		"priority": "normal",
 	}
 	done := s.out.Progress("ticket: the ticket API answers 500 after creating the ticket")
-	first, err := s.enqueue(ctx, lost.key, "ticket", args)
+	first, err := s.enqueue(ctx, lost.key, ticket.Name, args)
 	if err != nil {
 		done()
 		return err

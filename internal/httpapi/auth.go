@@ -47,6 +47,13 @@ func namespaceFrom(ctx context.Context) (string, bool) {
 	return p.namespace, ok
 }
 
+// actor names the request's token for the record: access.APIActor of its
+// fingerprint, never the token ("api:local" without tokens).
+func actor(r *http.Request) string {
+	p, _ := principalFrom(r.Context())
+	return access.APIActor(p.name)
+}
+
 // forbiddenRole is the answer to a token whose role may not do what the
 // request asks: 403 forbidden, naming the role needed.
 func forbiddenRole(need, have access.Role) error {
@@ -114,11 +121,11 @@ const authLogMax = 10000
 
 func (h *Handler) authenticateToken(r *http.Request) (principal, error) {
 	if len(h.tokens) == 0 {
-		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && !IsLoopbackAddr(addr.String()) {
+		if !access.ViaLoopback(r) {
 			return principal{}, &apiError{status: http.StatusForbidden, code: outbox.CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only on a loopback address"}
 		}
-		if !IsLoopbackAddr(r.Host) {
+		if !access.IsLoopbackAddr(r.Host) {
 			return principal{}, &apiError{status: http.StatusForbidden, code: outbox.CodeForbidden,
 				message: "without OUTBOX_API_TOKENS the API answers only requests whose Host is a loopback address"}
 		}
@@ -142,19 +149,4 @@ func (h *Handler) authenticateToken(r *http.Request) (principal, error) {
 
 func unauthorized(msg string) error {
 	return &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: msg}
-}
-
-// IsLoopbackAddr reports whether hostport (or a bare host) names a loopback
-// address: localhost, 127.0.0.0/8 or ::1.
-func IsLoopbackAddr(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

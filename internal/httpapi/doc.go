@@ -1,5 +1,6 @@
-// Package httpapi is outbox's HTTP API (docs/agents.md, "Over HTTP"), which outboxd serve
-// mounts beside /healthz and /metrics:
+// Package httpapi is outbox's HTTP API (docs/agents.md, "Over HTTP"), which
+// outboxd serve mounts beside /healthz, /readyz and /metrics (package
+// daemon):
 //
 //	POST /v1/intents                  enqueue; header Idempotency-Key required
 //	GET  /v1/intents/{key}[?wait=30s] read, optionally waiting until terminal
@@ -10,7 +11,6 @@
 //	POST /v1/intents/{key}/deny       an operator's denial, bound to args_sha256
 //	GET  /v1/effects                  the effects this server runs, with their args' schemas
 //	GET  /v1/openapi.json             the OpenAPI 3.1 document of /v1 (openapi.yaml)
-//	GET  /readyz                      database reachable and migrations current
 //	/mcp                              MCP over streamable HTTP (package mcpserver)
 //
 // Roles (internal/access): reader reads and waits, agent also enqueues and

@@ -14,7 +14,6 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/fixture/noop"
-	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -75,7 +74,7 @@ func FuzzEnqueue(f *testing.F) {
 	require.NoError(f, err)
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Schema: schema})
 	require.NoError(f, err)
-	handler, err := httpapi.New(pool, client, &httpapi.Config{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator)}})
+	handler, err := newHandler(pool, client, &apiConfig{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator)}})
 	require.NoError(f, err)
 	count := func(t *testing.T) int {
 		var n int

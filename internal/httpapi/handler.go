@@ -6,45 +6,32 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/time/rate"
 
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
-	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
-const (
-	// MaxWaitsDefault is Config.MaxWaits's default: OUTBOX_MAX_WAITS's.
-	// Waits share one LISTEN connection (outbox.Client.Wait), so a wait
-	// costs a goroutine, not a database connection.
-	MaxWaitsDefault = 1000
-
-	// readyTimeout bounds /readyz's look at the database.
-	readyTimeout = 5 * time.Second
-)
-
-// Config configures the API handler.
+// Config configures the API handler. What the handler shares with /mcp
+// and with the rest of the process (the key guard, the MCP servers, the
+// waits and the rate limiter) it takes ready-made: package daemon builds
+// them, so that one place composes the process.
 type Config struct {
 	// AuthFailureFunc, when set, is called once for each request refused
 	// for its token (401), for outbox_http_auth_failures_total. Defaults
 	// to nil.
 	AuthFailureFunc func()
-
-	// AutoKeyWindow is the window of /mcp's automatic key (see
-	// mcpserver.Config). Defaults to keyguard.WindowDefault.
-	AutoKeyWindow time.Duration
 
 	// DatabaseUnavailableFunc, when set, is called with the reason
 	// (apierror's Unavailable constants) of each request answered 503
@@ -52,67 +39,55 @@ type Config struct {
 	// outbox_database_unavailable_total. Defaults to nil.
 	DatabaseUnavailableFunc func(reason string)
 
+	// Guard guards the enqueues sent with Idempotency-Key-Source: model
+	// as /mcp's tools are guarded (package keyguard). Required.
+	Guard *keyguard.Guard
+
 	// Logger receives the handler's diagnostics: server-side failures, never
 	// tokens, keys, arguments or bodies. Defaults to a logger that discards.
 	Logger *slog.Logger
 
-	// MCPPassthrough are MCP upstream tools /mcp forwards live. Defaults
-	// to none.
-	MCPPassthrough []mcpserver.PassthroughTool
+	// MCPServers serve /mcp, one for each namespace of Namespaces(Tokens),
+	// each acting only in its own: the request's token picks it. Their
+	// RateLimitFunc and WaitFunc should be RateLimiter's and Waits', so
+	// that the limits hold across HTTP and /mcp. Required.
+	MCPServers map[string]*mcp.Server
 
-	// MCPTools are /mcp's mutating tools. Defaults to
-	// mcpserver.ToolsFor(the client's effects).
+	// MCPTools are /mcp's mutating tools, whose arguments' schemas
+	// GET /v1/effects lists. Defaults to mcpserver.ToolsFor(the client's
+	// effects).
 	MCPTools []*mcpserver.EffectTool
 
-	// ModelKeyGuard is what /mcp's tools, and enqueues sent with
-	// Idempotency-Key-Source: model, do with a model's fresh key for an
-	// action recorded within AutoKeyWindow under another key (package
-	// keyguard). Defaults to keyguard.ModeDefault.
-	ModelKeyGuard keyguard.Mode
-
-	// PossibleDuplicateFunc, when set, is called with the tool (the effect
-	// over HTTP) and the outcome of each possible duplicate the guard met.
-	// Defaults to nil.
-	PossibleDuplicateFunc func(tool, outcome string)
-
-	// RateLimit bounds each token's enqueues, over HTTP and /mcp; a request
-	// beyond it is 429 rate_limited with Retry-After. Defaults to no limit.
-	RateLimit RateLimit
+	// RateLimiter bounds each token's enqueues, over HTTP and /mcp; a
+	// request beyond it is 429 rate_limited with Retry-After. Defaults to
+	// nil: no limit.
+	RateLimiter *RateLimiter
 
 	// Tokens are the bearer tokens: each acts for its namespace, with its
-	// role (access.ParseTokens, access.ParseTokenFile). When empty, requests need no token
-	// and act for outbox.NamespaceDefault as operator, and the handler
-	// answers only requests that came through a loopback address (serve
-	// refuses to run so unless told to). Defaults to none.
+	// role (access.ParseTokens, access.ParseTokenFile). When empty,
+	// requests need no token and act for outbox.NamespaceDefault as
+	// operator, and the handler answers only requests that came through a
+	// loopback address (serve refuses to run so unless told to). Defaults
+	// to none.
 	Tokens []access.Token
 
-	// TracerProvider makes each request a span, and each /mcp tool call
-	// (mcpserver.Config). Defaults to the global provider, a no-op unless
-	// traces were configured (package telemetry).
+	// TracerProvider makes each request a span. Defaults to the global
+	// provider, a no-op unless traces were configured (package telemetry).
 	TracerProvider trace.TracerProvider
 
-	// Version is the server version /mcp reports. Defaults to
-	// mcpserver.VersionDefault.
-	Version string
-
-	// MaxWaits bounds the waits (?wait= and get_intent's wait_seconds) in
-	// progress at once, shared fairly by namespace: each namespace a token
-	// names gets an equal share, so one tenant's waits never delay
-	// another's. A wait first reads the intent, and takes a share only if
-	// the intent is not final; a wait beyond its namespace's share queues
-	// until one frees or its time is up, and then answers the intent as it
-	// stands. Defaults to MaxWaitsDefault.
-	MaxWaits int
+	// Waits bound the waits (?wait= and get_intent's wait_seconds) in
+	// progress at once, shared fairly by namespace. Required.
+	Waits *Waits
 }
 
 // Handler serves the HTTP API of docs/agents.md: /v1/intents, /v1/effects,
-// /v1/openapi.json, /readyz and /mcp. It is safe for concurrent use.
+// /v1/openapi.json and /mcp. It is safe for concurrent use.
 type Handler struct {
 	client           *outbox.Client
 	effects          *effectsAnswer
 	defaultNamespace string
 	handler          http.Handler
-	limits           *limiters
+	limiter          *RateLimiter
 	// authFailureFunc, authLogMu and authLogged count and log refused
 	// requests (authFailed).
 	authFailureFunc func()
@@ -124,13 +99,9 @@ type Handler struct {
 	unavailableLogged atomic.Int64
 	logger            *slog.Logger
 	mcpServers        map[string]*mcp.Server
-	migrator          *migrations.Migrator
-	pool              *pgxpool.Pool
 	tokens            []access.Token
-	// waits are the namespaces' shares of MaxWaits.
-	waits    map[string]chan struct{}
-	guard    *keyguard.Guard
-	maxWaits int
+	waits             *Waits
+	guard             *keyguard.Guard
 }
 
 // withDefaults returns a copy of c with every zero setting at its default.
@@ -139,28 +110,16 @@ func (c *Config) withDefaults() *Config {
 		c = &Config{}
 	}
 	out := *c
-	if out.AutoKeyWindow == 0 {
-		out.AutoKeyWindow = keyguard.WindowDefault
-	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
-	}
-	if out.MaxWaits == 0 {
-		out.MaxWaits = MaxWaitsDefault
-	}
-	if out.ModelKeyGuard == "" {
-		out.ModelKeyGuard = keyguard.ModeDefault
 	}
 	return &out
 }
 
 // validate checks a config with its defaults.
 func (c *Config) validate() error {
-	if c.AutoKeyWindow < 0 {
-		return fmt.Errorf("httpapi: AutoKeyWindow must be positive, not %s", c.AutoKeyWindow)
-	}
-	if c.MaxWaits < 0 {
-		return fmt.Errorf("httpapi: MaxWaits must be positive, not %d", c.MaxWaits)
+	if c.Guard == nil || c.Waits == nil {
+		return errors.New("httpapi: Guard and Waits must be set")
 	}
 	if err := access.CheckDuplicates(c.Tokens); err != nil {
 		return fmt.Errorf("httpapi: tokens: %w", err)
@@ -173,14 +132,18 @@ func (c *Config) validate() error {
 			return fmt.Errorf("httpapi: token %s has no valid role (%s)", t.Fingerprint(), t.Role)
 		}
 	}
+	for _, namespace := range Namespaces(c.Tokens) {
+		if c.MCPServers[namespace] == nil {
+			return fmt.Errorf("httpapi: no MCP server for namespace %q", namespace)
+		}
+	}
 	return nil
 }
 
-// New returns the API handler. client carries out the operations; pool runs
-// the enqueues and the readiness check.
-func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, error) {
-	if pool == nil || client == nil {
-		return nil, errors.New("httpapi: pool and client must not be nil")
+// New returns the API handler. client carries out the operations.
+func New(client *outbox.Client, config *Config) (*Handler, error) {
+	if client == nil {
+		return nil, errors.New("httpapi: client must not be nil")
 	}
 	config = config.withDefaults()
 	if err := config.validate(); err != nil {
@@ -192,38 +155,14 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 		authFailureFunc:  config.AuthFailureFunc,
 		unavailableFunc:  config.DatabaseUnavailableFunc,
 		authLogged:       map[string]time.Time{},
-		limits:           &limiters{limit: config.RateLimit, byKey: map[string]*rate.Limiter{}},
+		guard:            config.Guard,
+		limiter:          config.RateLimiter,
 		logger:           config.Logger,
-		mcpServers:       map[string]*mcp.Server{},
-		pool:             pool,
-	}
-	maxWaits := config.MaxWaits
-	h.maxWaits = maxWaits
-
-	namespaces := []string{h.defaultNamespace}
-	if len(config.Tokens) > 0 {
-		namespaces = nil
-		for _, t := range config.Tokens {
-			h.tokens = append(h.tokens, t)
-			if !slices.Contains(namespaces, t.Namespace) {
-				namespaces = append(namespaces, t.Namespace)
-			}
-		}
-	}
-	h.waits = make(map[string]chan struct{}, len(namespaces))
-	for _, namespace := range namespaces {
-		h.waits[namespace] = make(chan struct{}, max(1, maxWaits/len(namespaces)))
+		mcpServers:       maps.Clone(config.MCPServers),
+		tokens:           slices.Clone(config.Tokens),
+		waits:            config.Waits,
 	}
 	var err error
-	if h.migrator, err = migrations.New(pool, client.Schema()); err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
-	}
-	if h.guard, err = keyguard.New(pool, client, &keyguard.Config{
-		Mode: config.ModelKeyGuard, ObserverFunc: config.PossibleDuplicateFunc, Window: config.AutoKeyWindow,
-	}); err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
-	}
-
 	tools := config.MCPTools
 	if tools == nil {
 		if tools, err = mcpserver.ToolsFor(client.Effects()); err != nil {
@@ -234,30 +173,6 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 
-	// One MCP server per namespace, each acting only in its own: the
-	// request's token picks it.
-	for _, namespace := range namespaces {
-		srv, err := mcpserver.New(pool, client, &mcpserver.Config{
-			// Without tokens /mcp answers loopback alone, as the API does,
-			// and acts as the API's local principal.
-			Actor:                 access.APIActor(access.ActorLocal),
-			AutoKeyWindow:         config.AutoKeyWindow,
-			Logger:                h.logger,
-			ModelKeyGuard:         config.ModelKeyGuard,
-			Namespace:             namespace,
-			Passthrough:           config.MCPPassthrough,
-			PossibleDuplicateFunc: config.PossibleDuplicateFunc,
-			RateLimitFunc:         h.limits.take,
-			Tools:                 config.MCPTools,
-			TracerProvider:        config.TracerProvider,
-			Version:               config.Version,
-			WaitFunc:              h.wait,
-		})
-		if err != nil {
-			return nil, err
-		}
-		h.mcpServers[namespace] = srv
-	}
 	// Stateless: every request stands alone, so any replica of serve can
 	// answer any request, and there is no session for another namespace's
 	// token to take over.
@@ -271,7 +186,6 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	})
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /readyz", h.readyz)
 	mcpRoute := http.Handler(mcpHandler)
 	if len(h.tokens) > 0 {
 		// The SDK hands TokenInfo to every tool call (req.Extra), which is
@@ -366,44 +280,6 @@ func methodNotAllowed(allow string) apiFunc {
 		w.Header().Set("Allow", allow)
 		return &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
 			message: fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, allow)}
-	}
-}
-
-// wait waits until the intent is terminal or ctx ends. It reads first: most
-// waits are for intents already final, and those answer at once whatever
-// other waits are doing. Only then does it take a slot of its namespace's
-// share of MaxWaits. A wait that gets no slot in time returns ctx's error
-// and no intent; callers then read it again and answer it as it stands.
-func (h *Handler) wait(ctx context.Context, namespace, key string) (*outbox.Intent, error) {
-	intent, err := h.client.Get(ctx, namespace, key)
-	if err != nil || intent.State.Terminal() {
-		return intent, err
-	}
-	slots := h.waits[namespace]
-	select {
-	case slots <- struct{}{}:
-		defer func() { <-slots }()
-	case <-ctx.Done():
-		// No intent: the caller reads it again, as it stands now.
-		return nil, ctx.Err()
-	}
-	return h.client.Wait(ctx, namespace, key)
-}
-
-// readyz answers 200 when the database is reachable and its migrations are
-// current, else 503. Probes call it without a token.
-func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-	defer cancel()
-	st, err := h.migrator.Status(ctx)
-	switch {
-	case err != nil:
-		h.logger.WarnContext(ctx, "not ready: database unreachable", "error", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "database unreachable"})
-	case !st.UpToDate():
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "pending migrations"})
-	default:
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
 }
 

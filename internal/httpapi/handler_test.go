@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/dispatcher"
@@ -24,6 +25,8 @@ import (
 	"github.com/outbox-dev/outbox/internal/apierror"
 	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/httpapi"
+	"github.com/outbox-dev/outbox/internal/keyguard"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -47,7 +50,7 @@ type testBundle struct {
 // tokens of namespaces alpha and beta (nil config) or config. The effects
 // are noop, noop_at_most_once, and noops named charge, email, ticket and
 // webhook, for /mcp's tools.
-func setup(t *testing.T, config *httpapi.Config) *testBundle {
+func setup(t *testing.T, config *apiConfig) *testBundle {
 	t.Helper()
 	pool, schema := testdb.MigratedSchema(t)
 	b := &testBundle{pool: pool, schema: schema}
@@ -68,9 +71,9 @@ func setup(t *testing.T, config *httpapi.Config) *testBundle {
 	b.client, err = outbox.NewClient(pool, &outbox.Config{Effects: b.registry, Schema: schema})
 	require.NoError(t, err)
 	if config == nil {
-		config = &httpapi.Config{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}}
+		config = &apiConfig{Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}}
 	}
-	b.handler, err = httpapi.New(pool, b.client, config)
+	b.handler, err = newHandler(pool, b.client, config)
 	require.NoError(t, err)
 	server := httptest.NewServer(b.handler)
 	t.Cleanup(server.Close)
@@ -456,7 +459,7 @@ func TestWait(t *testing.T) {
 	// share of the cap.
 	t.Run("OneTenantsWaitsDoNotDelayAnother", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, &httpapi.Config{MaxWaits: 8, Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}})
+		bundle := setup(t, &apiConfig{MaxWaits: 8, Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator), access.NewToken(tokenBeta, "beta", access.RoleOperator)}})
 		require.Equal(t, http.StatusCreated, bundle.enqueue(t, "pending", `{"effect": "noop", "args": {}}`).status)
 		require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents", token: tokenBeta,
 			header: map[string]string{"Idempotency-Key": "done"}, body: `{"effect": "noop", "args": {}}`}).status)
@@ -493,7 +496,7 @@ func TestWait(t *testing.T) {
 	// intent then stands. The waits with a slot wake at once.
 	t.Run("MoreWaitsThanSlots", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, &httpapi.Config{MaxWaits: 1})
+		bundle := setup(t, &apiConfig{MaxWaits: 1})
 		for _, key := range []string{"held", "q"} {
 			require.Equal(t, http.StatusCreated, bundle.do(t, request{method: http.MethodPost, path: "/v1/intents",
 				header: map[string]string{"Idempotency-Key": key}, body: `{"effect": "noop", "args": {}}`}).status)
@@ -784,16 +787,12 @@ func TestAuth(t *testing.T) {
 	// The scheme is case-insensitive.
 	resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents", header: map[string]string{"Authorization": "bearer " + tokenBeta}})
 	require.Equal(t, http.StatusOK, resp.status)
-
-	// Probes need no token.
-	resp = bundle.do(t, request{method: http.MethodGet, path: "/readyz"})
-	require.Equal(t, http.StatusOK, resp.status)
 }
 
 func TestNoTokens(t *testing.T) {
 	t.Parallel()
 
-	bundle := setup(t, &httpapi.Config{})
+	bundle := setup(t, &apiConfig{})
 	resp := bundle.do(t, request{method: http.MethodPost, path: "/v1/intents",
 		header: map[string]string{"Idempotency-Key": "k"}, body: `{"effect": "noop", "args": {}}`})
 	require.Equal(t, http.StatusCreated, resp.status, "%s", resp.body)
@@ -858,64 +857,39 @@ func TestRoutes(t *testing.T) {
 	require.Equal(t, outbox.CodeForbidden, resp.errorCode(t))
 }
 
-func TestReadyz(t *testing.T) {
-	t.Parallel()
-
-	t.Run("Ready", func(t *testing.T) {
-		t.Parallel()
-		bundle := setup(t, nil)
-		resp := bundle.do(t, request{method: http.MethodGet, path: "/readyz"})
-		require.Equal(t, http.StatusOK, resp.status)
-		require.JSONEq(t, `{"status": "ready"}`, string(resp.body))
-	})
-
-	serve := func(t *testing.T, pool *pgxpool.Pool, schema string) *response {
-		t.Helper()
-		client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
-		require.NoError(t, err)
-		h, err := httpapi.New(pool, client, nil)
-		require.NoError(t, err)
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		return &response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
-	}
-
-	t.Run("PendingMigrations", func(t *testing.T) {
-		t.Parallel()
-		resp := serve(t, testdb.Pool(t), testdb.Schema(t))
-		require.Equal(t, http.StatusServiceUnavailable, resp.status)
-		require.JSONEq(t, `{"status": "unavailable", "reason": "pending migrations"}`, string(resp.body))
-	})
-
-	t.Run("DatabaseUnreachable", func(t *testing.T) {
-		t.Parallel()
-		pool, err := pgxpool.New(t.Context(), "postgres://nobody:secret-pw@127.0.0.1:1/none?connect_timeout=2")
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		resp := serve(t, pool, "outbox")
-		require.Equal(t, http.StatusServiceUnavailable, resp.status)
-		require.JSONEq(t, `{"status": "unavailable", "reason": "database unreachable"}`, string(resp.body))
-		require.NotContains(t, string(resp.body), "secret-pw")
-	})
-}
-
 func TestNewRefuses(t *testing.T) {
 	t.Parallel()
 
 	pool, schema := testdb.MigratedSchema(t)
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
-	for name, config := range map[string]*httpapi.Config{
-		"DuplicateToken": {Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleAgent), access.NewToken(tokenAlpha, "beta", access.RoleAgent)}},
-		"BadNamespace":   {Tokens: []access.Token{access.NewToken(tokenAlpha, "a b", access.RoleAgent)}},
-		"NoRole":         {Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", 0)}},
-		"NegativeWaits":  {MaxWaits: -1},
+	guard, err := keyguard.New(pool, client, nil)
+	require.NoError(t, err)
+	waits, err := httpapi.NewWaits(client, 0, []string{"alpha"})
+	require.NoError(t, err)
+	server, err := mcpserver.New(pool, client, &mcpserver.Config{Namespace: "alpha"})
+	require.NoError(t, err)
+	servers := map[string]*mcp.Server{"alpha": server}
+	// Each refusal names its cause: a case refused for another reason than
+	// the one it sets up would otherwise pass unnoticed.
+	for name, tc := range map[string]struct {
+		config *httpapi.Config
+		want   string
+	}{
+		"DuplicateToken": {&httpapi.Config{Guard: guard, MCPServers: servers, Waits: waits, Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleAgent), access.NewToken(tokenAlpha, "beta", access.RoleAgent)}}, "entries 1 and 2 are the same token"},
+		"BadNamespace":   {&httpapi.Config{Guard: guard, MCPServers: servers, Waits: waits, Tokens: []access.Token{access.NewToken(tokenAlpha, "a b", access.RoleAgent)}}, "token for an invalid namespace"},
+		"NoRole":         {&httpapi.Config{Guard: guard, MCPServers: servers, Waits: waits, Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", 0)}}, "has no valid role"},
+		"NoMCPServer":    {&httpapi.Config{Guard: guard, MCPServers: servers, Waits: waits, Tokens: []access.Token{access.NewToken(tokenBeta, "beta", access.RoleAgent)}}, `no MCP server for namespace "beta"`},
+		"NoGuard":        {&httpapi.Config{MCPServers: servers, Waits: waits}, "Guard and Waits must be set"},
+		"NoWaits":        {&httpapi.Config{Guard: guard, MCPServers: servers}, "Guard and Waits must be set"},
 	} {
-		_, err := httpapi.New(pool, client, config)
-		require.Error(t, err, name)
+		_, err := httpapi.New(client, tc.config)
+		require.ErrorContains(t, err, tc.want, name)
 	}
-	_, err = httpapi.New(nil, client, nil)
-	require.Error(t, err)
+	_, err = httpapi.New(nil, nil)
+	require.ErrorContains(t, err, "client must not be nil")
+	_, err = httpapi.NewWaits(client, -1, []string{"alpha"})
+	require.ErrorContains(t, err, "MaxWaits must be positive")
 }
 
 // TestServerErrors checks that a failure of the server's own is a 500 with
@@ -927,7 +901,7 @@ func TestServerErrors(t *testing.T) {
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	var logs bytes.Buffer
-	h, err := httpapi.New(pool, client, &httpapi.Config{Logger: newTestLogger(&logs), Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator)}})
+	h, err := newHandler(pool, client, &apiConfig{Logger: newTestLogger(&logs), Tokens: []access.Token{access.NewToken(tokenAlpha, "alpha", access.RoleOperator)}})
 	require.NoError(t, err)
 	// The table goes away under the API.
 	_, err = pool.Exec(t.Context(), "DROP TABLE "+pgx.Identifier{schema, "outbox_intent"}.Sanitize()+" CASCADE")

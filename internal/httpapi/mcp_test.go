@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/access"
-	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -180,7 +179,7 @@ func TestMCPAuth(t *testing.T) {
 	}
 
 	// Without tokens, on loopback, /mcp acts for namespace default.
-	open := setup(t, &httpapi.Config{})
+	open := setup(t, &apiConfig{})
 	cs, err := open.connectMCP(t, "", "")
 	require.NoError(t, err)
 	res, body := callTool(t, cs, "charge_card", map[string]any{"customer": "cus_1", "amount": 1, "currency": "eur"})
@@ -269,7 +268,7 @@ func TestMCPRoleAndEnqueuedBy(t *testing.T) {
 
 	const tokenReader = "tok-reader-0123456789"
 	agentToken := access.NewToken(tokenAlpha, "alpha", access.RoleAgent)
-	bundle := setup(t, &httpapi.Config{Tokens: []access.Token{agentToken, access.NewToken(tokenReader, "alpha", access.RoleReader)}})
+	bundle := setup(t, &apiConfig{Tokens: []access.Token{agentToken, access.NewToken(tokenReader, "alpha", access.RoleReader)}})
 	args := map[string]any{"customer": "cus_1", "amount": 1999, "currency": "eur", "idempotency_key": "who-1"}
 
 	reader, err := bundle.connectMCP(t, tokenReader, "")
@@ -289,7 +288,7 @@ func TestMCPRoleAndEnqueuedBy(t *testing.T) {
 	require.Equal(t, "mcp:test", *answer.RequestedBy)
 
 	// Without tokens, the local principal.
-	open := setup(t, &httpapi.Config{})
+	open := setup(t, &apiConfig{})
 	cs, err := open.connectMCP(t, "", "")
 	require.NoError(t, err)
 	res, body = callTool(t, cs, "charge_card", args)

@@ -151,18 +151,22 @@ func TestOpenAPI(t *testing.T) {
 	require.Equal(t, 200, call("POST", "/v1/intents/a2/deny", tokenAlpha, json, `{"args_sha256": "`+awaiting.ArgsSHA256+`", "note": "not today"}`).status)
 	require.Equal(t, 404, call("POST", "/v1/intents/missing/deny", tokenAlpha, json, `{"args_sha256": "`+awaiting.ArgsSHA256+`"}`).status)
 
-	// Discovery, the contract, readiness.
+	// Discovery, the contract.
 	effects := call("GET", "/v1/effects", tokenAlpha, nil, "")
 	require.Equal(t, 200, effects.status)
 	require.Contains(t, string(effects.body), `"name":"charge"`)
 	require.Contains(t, string(effects.body), `"dedupe_window_seconds":86400`)
 	require.Equal(t, 401, call("GET", "/v1/effects", "", nil, "").status)
 	require.Equal(t, 200, call("GET", "/v1/openapi.json", "", nil, "").status)
-	require.Equal(t, 200, call("GET", "/readyz", "", nil, "").status)
 
-	// Every operation of the document was exercised.
+	// Every operation of the document was exercised, but /readyz: package
+	// daemon serves it beside /healthz, and its TestReadyz checks it
+	// against this document.
 	for path, item := range doc.Paths.Map() {
 		for method := range item.Operations() {
+			if method+" "+path == "GET /readyz" {
+				continue
+			}
 			require.NotEmpty(t, seen[method+" "+path], "%s %s never called", method, path)
 		}
 	}

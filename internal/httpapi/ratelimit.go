@@ -28,18 +28,26 @@ func (l RateLimit) String() string {
 	return strconv.FormatFloat(l.PerSecond, 'g', -1, 64) + ":" + strconv.Itoa(l.Burst)
 }
 
-// limiters holds one bucket per principal. Their number is bounded by the
-// configured tokens (or the one principal of the open mode), so none is ever
-// dropped.
-type limiters struct {
+// RateLimiter holds one bucket per principal, shared by the API's enqueues
+// and /mcp's mutating calls (mcpserver.Config's RateLimitFunc is its Take),
+// so that a token's rate is one whichever way it enqueues. Their number is
+// bounded by the configured tokens (or the one principal of the open mode),
+// so none is ever dropped. It is safe for concurrent use.
+type RateLimiter struct {
 	limit RateLimit
 	mu    sync.Mutex
 	byKey map[string]*rate.Limiter
 }
 
-// take spends one request of name's bucket, or tells how long to wait for
-// one; a refused request spends nothing.
-func (l *limiters) take(name string) (time.Duration, bool) {
+// NewRateLimiter returns a limiter of limit for each principal; the zero
+// RateLimit limits nothing.
+func NewRateLimiter(limit RateLimit) *RateLimiter {
+	return &RateLimiter{limit: limit, byKey: map[string]*rate.Limiter{}}
+}
+
+// Take spends one request of name's bucket, or tells how long to wait for
+// one; a refused request spends nothing. A nil RateLimiter limits nothing.
+func (l *RateLimiter) Take(name string) (time.Duration, bool) {
 	if l == nil || l.limit.PerSecond <= 0 {
 		return 0, true
 	}
@@ -75,7 +83,7 @@ func retryAfterSeconds(d time.Duration) int {
 func (h *Handler) limited(fn apiFunc) apiFunc {
 	return func(w http.ResponseWriter, r *http.Request, namespace string) error {
 		p, _ := principalFrom(r.Context())
-		if wait, ok := h.limits.take(p.name); !ok {
+		if wait, ok := h.limiter.Take(p.name); !ok {
 			return errRateLimited(wait)
 		}
 		return fn(w, r, namespace)

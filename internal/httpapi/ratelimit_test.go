@@ -21,7 +21,7 @@ func TestRateLimit(t *testing.T) {
 
 	// One enqueue every 100 s, two at once: the test never waits for a
 	// refill.
-	bundle := setup(t, &httpapi.Config{
+	bundle := setup(t, &apiConfig{
 		RateLimit: httpapi.RateLimit{PerSecond: 0.01, Burst: 2},
 		Tokens: []access.Token{
 			access.NewToken(tokenAlpha, "alpha", access.RoleAgent),

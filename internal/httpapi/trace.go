@@ -17,9 +17,8 @@ import (
 // named by the route that served it ("POST /v1/intents/{key}"), never by
 // the raw path, which holds the idempotency key: url.path and http.route
 // are set to the route too. otelhttp's own metrics are left out: outbox's
-// are Prometheus'. /readyz is not traced: probes every few seconds would
-// bury the agents' requests. A nil provider is the global one, a no-op
-// unless serve configured traces.
+// are Prometheus'. A nil provider is the global one, a no-op unless serve
+// configured traces.
 func traced(next http.Handler, provider trace.TracerProvider) http.Handler {
 	if provider == nil {
 		provider = otel.GetTracerProvider()
@@ -28,7 +27,6 @@ func traced(next http.Handler, provider trace.TracerProvider) http.Handler {
 		otelhttp.WithTracerProvider(provider),
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
-		otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/readyz" }),
 	)
 }
 

@@ -37,6 +37,10 @@ func (q *Queries) renderProcess(r func(string) string) {
 	// process is alive meanwhile anyway.
 	q.sqlLock = r(`SELECT pg_try_advisory_lock(` + class + `, $1)`)
 	q.sqlHeartbeat = r(`UPDATE {{schema}}.outbox_process SET heartbeat_at = now() WHERE client_id = $1`)
+	// River's elector keeps one row with the leader's client ID and an
+	// expiry, renewed while it leads; an expired row is a leader that died
+	// and has not been replaced yet.
+	q.sqlLeader = r(`SELECT leader_id FROM {{schema}}.river_leader WHERE expires_at > now()`)
 	q.sqlUnregister = r(`DELETE FROM {{schema}}.outbox_process WHERE client_id = $1`)
 	// A process is dead when no session holds its lock and it has not
 	// written a heartbeat for the grace period, counted from the server's
@@ -117,6 +121,14 @@ func (q *Queries) RegisterProcess(ctx context.Context, conn *pgx.Conn, clientID,
 		return tx.QueryRow(ctx, q.sqlLock, key).Scan(&locked)
 	})
 	return locked, err
+}
+
+// Leader returns the client ID of River's elected leader, or pgx.ErrNoRows
+// when none leads.
+func (q *Queries) Leader(ctx context.Context, db Querier) (string, error) {
+	var id string
+	err := db.QueryRow(ctx, q.sqlLeader).Scan(&id)
+	return id, err
 }
 
 // Heartbeat records that the process of clientID is alive.

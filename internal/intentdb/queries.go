@@ -25,6 +25,8 @@ type Queries struct {
 	sqlRulesDelete, sqlRulesInsert, sqlRules, sqlRulesLock                                    string
 	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                 string
 	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                         string
+	sqlBrowse, sqlBrowseOldest, sqlInState, sqlInStateUnknown, sqlInStateAwaiting             string
+	sqlOverviewCounts, sqlOverviewLastHour, sqlJobs, sqlLeader, sqlLockAction                 string
 	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
 }
 
@@ -43,6 +45,7 @@ func New(schema string) *Queries {
 	q.renderApproval(r)
 	q.renderBatch(r)
 	q.renderProcess(r)
+	q.renderBrowse(r)
 	return q
 }
 

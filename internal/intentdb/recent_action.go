@@ -14,6 +14,9 @@ func (q *Queries) renderRecentAction(r func(string) string) {
 	q.sqlRecordAction = r(`INSERT INTO {{schema}}.outbox_recent_action (namespace, effect, args_sha256, key)
 		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (namespace, effect, args_sha256) DO UPDATE SET key = excluded.key, created_at = excluded.created_at`)
+	// The lock comes before the clock is read, so a call that waited for
+	// it reads a time after the first call's commit.
+	q.sqlLockAction = `SELECT clock_timestamp() FROM pg_advisory_xact_lock($1)`
 	q.sqlPruneRecentActions = r(`DELETE FROM {{schema}}.outbox_recent_action WHERE created_at < now() - $1::interval`)
 }
 
@@ -37,6 +40,15 @@ func (q *Queries) GetRecentAction(ctx context.Context, db Querier, namespace, ef
 		return nil, err
 	}
 	return &a, nil
+}
+
+// LockAction takes the transaction-level advisory lock lockID (an action's,
+// autokey.LockID), waiting for a transaction that holds it to end, and
+// returns the database's clock read after the lock was taken.
+func (q *Queries) LockAction(ctx context.Context, tx Querier, lockID int64) (time.Time, error) {
+	var now time.Time
+	err := tx.QueryRow(ctx, q.sqlLockAction, lockID).Scan(&now)
+	return now, err
 }
 
 // RecordAction records that the action was recorded under key now.

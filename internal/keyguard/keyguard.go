@@ -174,9 +174,8 @@ func (g *Guard) Enqueue(ctx context.Context, p *Params) (*Result, error) {
 	return dbutil.WithTxV(ctx, g.pool, func(tx pgx.Tx) (*Result, error) {
 		// The lock comes before the clock is read, so a call that waited
 		// for it reads a time after the first call's commit.
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT clock_timestamp() FROM pg_advisory_xact_lock($1)`,
-			autokey.LockID(p.Namespace, p.Effect, canonical)).Scan(&now); err != nil {
+		now, err := g.queries.LockAction(ctx, tx, autokey.LockID(p.Namespace, p.Effect, canonical))
+		if err != nil {
 			return nil, fmt.Errorf("error locking the action: %w", err)
 		}
 		key, source := p.Key, outbox.KeySourceExplicit

@@ -9,6 +9,10 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/charge"
+	"github.com/outbox-dev/outbox/effects/email"
+	"github.com/outbox-dev/outbox/effects/ticket"
+	"github.com/outbox-dev/outbox/effects/webhook"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -133,33 +137,20 @@ func EffectTools() []*EffectTool {
 		{
 			Name:   "charge_card",
 			Title:  "Charge a card",
-			Effect: "charge",
+			Effect: charge.Name,
 			Description: `Charges a customer's card (Stripe PaymentIntent, confirmed at once), exactly once per idempotency key.
 
 The charge is recorded as an intent and carried out by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome ("succeeded" with the provider's result, or "failed" with an error).` + keyAdvice,
-			InputSchema: object(map[string]*jsonschema.Schema{
-				"customer":       str("The Stripe customer id, such as cus_123.", 1, 255),
-				"amount":         {Type: "integer", Minimum: ptr(1.0), Description: "The amount in the currency's minor unit (cents for eur and usd): 1999 is 19.99."},
-				"currency":       {Type: "string", Pattern: "^[A-Za-z]{3}$", Description: "The ISO 4217 currency code, three letters, such as eur."},
-				"payment_method": str("The Stripe payment method id, such as pm_card_visa. Defaults to the customer's default payment method.", 1, 255),
-				"description":    str("A description shown to the customer and in the Stripe dashboard.", 0, 1000),
-			}, "customer", "amount", "currency"),
+			InputSchema: argsSchema(charge.ArgsSchema()),
 		},
 		{
 			Name:   "send_email",
 			Title:  "Send an email",
-			Effect: "email",
+			Effect: email.Name,
 			Description: `Sends one email, at most once per idempotency key.
 
 The email is recorded as an intent and sent by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome. Plain SMTP cannot tell whether a message whose answer was lost arrived: such an email ends "unknown" and is never sent again unless an operator decides so.` + keyAdvice,
-			InputSchema: object(map[string]*jsonschema.Schema{
-				"to":       addresses("The recipients' addresses, 1 to 50.", 1),
-				"cc":       addresses("Addresses to copy, up to 50.", 0),
-				"subject":  str("The subject line.", 1, 998),
-				"text":     str("The plain text body. At least one of text and html is required.", 0, 0),
-				"html":     str("The HTML body. At least one of text and html is required.", 0, 0),
-				"reply_to": {Type: "string", Format: "email", Description: "The address replies go to."},
-			}, "to", "subject"),
+			InputSchema: argsSchema(email.ArgsSchema()),
 			// Not an anyOf in the schema: hosts such as Anthropic's API
 			// refuse a tool whose input schema has a combinator at the top
 			// level, and then every tool of the server is lost.
@@ -168,36 +159,31 @@ The email is recorded as an intent and sent by a worker: the answer comes at onc
 		{
 			Name:   "create_ticket",
 			Title:  "Create a support ticket",
-			Effect: "ticket",
+			Effect: ticket.Name,
 			Description: `Creates one Zendesk support ticket per idempotency key.
 
 The ticket is recorded as an intent and created by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome; on success the result holds the ticket.` + keyAdvice,
-			InputSchema: object(map[string]*jsonschema.Schema{
-				"subject":         str("The ticket's subject.", 1, 255),
-				"body":            str("The ticket's first comment.", 1, 64<<10),
-				"requester_email": {Type: "string", Format: "email", Description: "The requester's email address."},
-				"priority":        {Type: "string", Enum: []any{"low", "normal", "high", "urgent"}, Description: "The ticket's priority."},
-				"tags": {
-					Type:        "array",
-					Items:       &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(255), Pattern: `^[^\s,]+$`, Description: "A tag: one word, without spaces or commas."},
-					MaxItems:    ptr(50),
-					Description: "Tags to set on the ticket, up to 50.",
-				},
-			}, "subject", "body"),
+			InputSchema: argsSchema(ticket.ArgsSchema()),
 		},
 		{
 			Name:   "call_webhook",
 			Title:  "Call a webhook",
-			Effect: "webhook",
+			Effect: webhook.Name,
 			Description: `Posts a signed JSON payload to a webhook endpoint that the operator configured by name, once per idempotency key. No URL can be given: only the configured names are accepted.
 
 The call is recorded as an intent and made by a worker: the answer comes at once, usually in state "pending". Call get_intent with wait_seconds to learn the outcome.` + keyAdvice,
-			InputSchema: object(map[string]*jsonschema.Schema{
-				"endpoint": {Type: "string", Pattern: "^[A-Za-z0-9_.-]{1,64}$", Description: "The name of an endpoint the operator configured (not a URL)."},
-				"payload":  {Type: "object", Description: "The JSON object to post."},
-			}, "endpoint", "payload"),
+			InputSchema: argsSchema(webhook.ArgsSchema()),
 		},
 	}
+}
+
+// argsSchema reads a built-in effect's JSON Schema of its arguments.
+func argsSchema(raw json.RawMessage) *jsonschema.Schema {
+	var s jsonschema.Schema
+	if err := json.Unmarshal(raw, &s); err != nil {
+		panic(fmt.Sprintf("mcpserver: a built-in effect's args schema is not one the MCP SDK reads: %v", err))
+	}
+	return &s
 }
 
 // keyAdvice ends every mutating tool's description: models read it.
@@ -257,31 +243,6 @@ func object(props map[string]*jsonschema.Schema, required ...string) *jsonschema
 		Required:             required,
 		AdditionalProperties: falseSchema(),
 	}
-}
-
-// str is a string property of minLen to maxLen characters (0: no bound).
-func str(description string, minLen, maxLen int) *jsonschema.Schema {
-	s := &jsonschema.Schema{Type: "string", Description: description}
-	if minLen > 0 {
-		s.MinLength = ptr(minLen)
-	}
-	if maxLen > 0 {
-		s.MaxLength = ptr(maxLen)
-	}
-	return s
-}
-
-func addresses(description string, minItems int) *jsonschema.Schema {
-	s := &jsonschema.Schema{
-		Type:        "array",
-		Items:       &jsonschema.Schema{Type: "string", Format: "email"},
-		MaxItems:    ptr(50),
-		Description: description,
-	}
-	if minItems > 0 {
-		s.MinItems = ptr(minItems)
-	}
-	return s
 }
 
 // falseSchema is the schema that nothing matches: additionalProperties:

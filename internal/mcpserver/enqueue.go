@@ -121,19 +121,17 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 }
 
 // mayMutate refuses a mutating call whose token (over HTTP, its TokenInfo,
-// whose one scope is the token's role) allows less than access.RoleAgent.
+// whose one scope is the token's role) may not enqueue.
 // Over stdio there is no token: the local user acts.
 func mayMutate(req *mcp.CallToolRequest) error {
 	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
 		return nil
 	}
-	for _, scope := range req.Extra.TokenInfo.Scopes {
-		if role, err := access.ParseRole(scope); err == nil && role.Allows(access.RoleAgent) {
-			return nil
-		}
+	if access.AllowNamed(req.Extra.TokenInfo.Scopes, access.ActionEnqueue) {
+		return nil
 	}
 	return &outbox.Error{Code: outbox.CodeForbidden, Field: "Authorization",
-		Message: fmt.Sprintf("this tool requires the role %s or above; the token's role is %s", access.RoleAgent, strings.Join(req.Extra.TokenInfo.Scopes, ", "))}
+		Message: fmt.Sprintf("this tool requires the role %s or above; the token's role is %s", access.ActionEnqueue.Role(), strings.Join(req.Extra.TokenInfo.Scopes, ", "))}
 }
 
 // actor names who makes a call, for the intent's enqueued_by: over HTTP

@@ -2,6 +2,8 @@ package mcpserver
 
 import (
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 // Output schemas describe each tool's structuredContent, so that hosts and
@@ -18,7 +20,7 @@ func intentProperties() map[string]*jsonschema.Schema {
 		"effect":       {Type: "string"},
 		"args":         {Type: "object", Description: "The effect's arguments."},
 		"args_sha256":  {Type: "string", Description: "SHA-256 of args in canonical form: what a person's approval names."},
-		"state":        {Type: "string", Enum: []any{"awaiting_approval", "pending", "running", "succeeded", "failed", "unknown", "cancelled"}},
+		"state":        {Type: "string", Enum: stateEnum()},
 		"next_step":    {Type: "string", Description: "What to do next, when the intent waits for a person."},
 		"attempts":     {Type: "integer"},
 		"result":       {Description: "The provider's answer once succeeded, else null."},
@@ -33,6 +35,15 @@ func intentProperties() map[string]*jsonschema.Schema {
 		"job_id":       {Types: []string{"integer", "null"}, Description: "The River job that runs the intent's attempts, or ran its last (a batch of first attempts, or the intent's own job), for an operator's River UI; null until dispatched."},
 		"job_kind":     {Type: "string", Enum: []any{"outbox_intent", "outbox_intent_batch"}, Description: "job_id's River kind: outbox_intent_batch for a batch of first attempts; absent when unknown."},
 	}
+}
+
+// stateEnum is every state, as a JSON Schema enum.
+func stateEnum() []any {
+	var out []any
+	for _, s := range outbox.States() {
+		out = append(out, string(s))
+	}
+	return out
 }
 
 var intentRequired = []string{"id", "namespace", "key", "effect", "args", "state", "attempts", "provider_key", "key_source", "created_at", "updated_at"}

@@ -233,10 +233,8 @@ func mayRead(req *mcp.CallToolRequest) error {
 	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
 		return nil
 	}
-	for _, scope := range req.Extra.TokenInfo.Scopes {
-		if role, err := access.ParseRole(scope); err == nil && role.Allows(access.RoleReader) {
-			return nil
-		}
+	if access.AllowNamed(req.Extra.TokenInfo.Scopes, access.ActionRead) {
+		return nil
 	}
 	return &outbox.Error{Code: outbox.CodeForbidden, Field: "Authorization", Message: "this tool requires the role reader or above"}
 }

@@ -23,10 +23,7 @@ const RefreshIntervalDefault = 15 * time.Second
 
 // states are every state, so that a state with no intent reads 0 rather than
 // disappearing from the scrape.
-var states = []outbox.State{
-	outbox.StateAwaitingApproval, outbox.StatePending, outbox.StateRunning, outbox.StateSucceeded,
-	outbox.StateFailed, outbox.StateUnknown, outbox.StateCancelled,
-}
+var states = outbox.States()
 
 // GaugesConfig configures Gauges.
 type GaugesConfig struct {
@@ -60,9 +57,7 @@ type Gauges struct {
 	pool                   *pgxpool.Pool
 	interval               time.Duration
 	queries                *intentdb.Queries
-	// sqlLeader reads River's live leader, when leader is set.
-	sqlLeader string
-	unknown   prometheus.Gauge
+	unknown                prometheus.Gauge
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -123,7 +118,6 @@ func NewGauges(pool *pgxpool.Pool, reg prometheus.Registerer, config *GaugesConf
 			Help: "1 while this process's River client is River's elected leader (refreshed on an interval), else 0.",
 		})
 		collectors = append(collectors, g.leader)
-		g.sqlLeader = "SELECT leader_id FROM " + pgx.Identifier{schema, "river_leader"}.Sanitize() + " WHERE expires_at > now()"
 	}
 	if reg != nil {
 		for _, c := range collectors {
@@ -163,8 +157,7 @@ func (g *Gauges) refreshLeader(ctx context.Context) error {
 		g.leader.Set(0)
 		return nil
 	}
-	var leaderID string
-	err := g.pool.QueryRow(ctx, g.sqlLeader).Scan(&leaderID)
+	leaderID, err := g.queries.Leader(ctx, g.pool)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		g.leader.Set(0)

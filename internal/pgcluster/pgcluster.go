@@ -1,29 +1,7 @@
-// Package pgcluster starts throwaway PostgreSQL clusters for tests.
-//
-// A cluster lives in a fresh temporary directory: its data directory, server
-// log, and Unix socket are all inside it. It listens on that socket only, with
-// no TCP listener at all: it runs with trust authentication and a superuser,
-// and the directory's 0700 mode is what keeps other local users out (over
-// TCP, any of them could connect and run COPY ... TO PROGRAM as the user who
-// started it). A directory of its own also means it never collides with a
-// system cluster or with other throwaway clusters. It's tuned for speed rather than durability (fsync is
-// off) and is deleted entirely by Stop.
-//
-// PostgreSQL refuses to run as root, so when the current process is root the
-// server binaries are run as the unprivileged "postgres" user instead.
-//
-// The server runs detached from the calling process (pg_ctl puts it in its own
-// session), so it can't simply die with its parent. Stop is the normal way of
-// shutting it down, but as a safety net every cluster also has a small
-// watchdog process that stops the server and removes its directory when the
-// process that started it exits without calling Stop (a crash, a test binary
-// killed by a timeout, Ctrl-C). Only something that also kills the watchdog,
-// like SIGKILL sent to every process at once, can leave a cluster behind.
 package pgcluster
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,9 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,11 +21,6 @@ import (
 )
 
 const (
-	// debianBinGlob matches the binary directories of every PostgreSQL
-	// version installed from Debian/Ubuntu packages, which don't put initdb
-	// or pg_ctl on PATH.
-	debianBinGlob = "/usr/lib/postgresql/*/bin"
-
 	// logTailBytes is how much of the end of the server log is included in
 	// errors when the server fails to start.
 	logTailBytes = 4096
@@ -425,222 +396,6 @@ func processRunning(pid int) bool {
 	if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
 		fields := strings.Fields(string(stat[i+1:]))
 		if len(fields) > 0 && fields[0] == "Z" {
-			return false
-		}
-	}
-	return true
-}
-
-// startWatchdog starts a process that stops the server and removes the cluster
-// directory as soon as this process exits without calling Stop.
-//
-// It works by waiting to read from a pipe whose only write end is held by this
-// process: when this process exits, however abruptly, the kernel closes the
-// write end and the read returns EOF. The watchdog runs in its own process
-// group so that a Ctrl-C delivered to the test's process group doesn't kill it
-// along with the test binary, and as the same user as the server so it's
-// allowed to stop it.
-func (c *Cluster) startWatchdog() error {
-	readEnd, writeEnd, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("error creating watchdog pipe: %w", err)
-	}
-	defer readEnd.Close() // the watchdog has its own copy once started
-
-	const script = `read -r _; "$0" --mode=immediate --pgdata="$1" --silent --wait stop; rm -rf "$2"`
-
-	// Stdout and stderr are deliberately left unset (/dev/null): if the
-	// watchdog held the test binary's stdout, `go test` would wait for it to
-	// exit before finishing.
-	cmd := exec.Command("/bin/sh", "-c", script,
-		filepath.Join(c.binDir, "pg_ctl"), c.dataDir, c.dir)
-	cmd.Dir = c.dir
-	cmd.Stdin = readEnd
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.credential, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		writeEnd.Close()
-		return fmt.Errorf("error starting watchdog: %w", err)
-	}
-
-	c.watchdog = cmd
-	c.watchdogPipe = writeEnd
-	return nil
-}
-
-// stopWatchdog kills the watchdog without letting it clean up, for when the
-// cluster is being stopped normally.
-func (c *Cluster) stopWatchdog() {
-	if c.watchdog == nil {
-		return
-	}
-	// Errors are ignored: the only way these fail is if the watchdog is
-	// already gone, which is what's wanted.
-	_ = c.watchdog.Process.Kill()
-	_ = c.watchdog.Wait()
-	_ = c.watchdogPipe.Close()
-	c.watchdog = nil
-}
-
-// command returns a command running one of the PostgreSQL binaries as the
-// user that owns the cluster.
-func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
-	// The current directory might not be readable by the postgres user
-	// (e.g. /root), which makes the binaries print warnings or fail.
-	cmd.Dir = c.dir
-	if c.credential != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.credential}
-	}
-	return cmd
-}
-
-// prepareDirForCredential hands the cluster directory over to the user that
-// will run the server, and makes sure that user can reach it.
-func (c *Cluster) prepareDirForCredential() error {
-	uid, gid := int(c.credential.Uid), int(c.credential.Gid)
-
-	// Only the directory itself exists at this point, but walking keeps this
-	// correct if anything is ever created in it before the hand over.
-	err := filepath.WalkDir(c.dir, func(path string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, uid, gid)
-	})
-	if err != nil {
-		return fmt.Errorf("error changing owner of cluster directory: %w", err)
-	}
-	// os.MkdirTemp already creates it 0700, but the server insists on it
-	// not being accessible by anyone else, so don't depend on that.
-	if err := os.Chmod(c.dir, 0o700); err != nil {
-		return fmt.Errorf("error changing mode of cluster directory: %w", err)
-	}
-
-	// The directory is useless to the postgres user if it can't traverse
-	// its parents, which happens if TMPDIR is set to somewhere like /root.
-	for parent := filepath.Dir(c.dir); ; parent = filepath.Dir(parent) {
-		if err := checkTraversable(parent, uid, gid); err != nil {
-			return fmt.Errorf("cluster directory is not reachable by the postgres user (set TMPDIR to a world-accessible directory): %w", err)
-		}
-		if next := filepath.Dir(parent); next == parent {
-			break
-		}
-	}
-	return nil
-}
-
-// checkTraversable returns an error unless the user uid with primary group gid
-// has search (execute) permission on dir according to its mode bits. ACLs and
-// supplementary groups are ignored, so it can err on the side of failing.
-func checkTraversable(dir string, uid, gid int) error {
-	info, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	stat, ok := info.Sys().(*syscall.Stat_t)
-	if !ok {
-		return nil // can't tell; let the PostgreSQL binaries find out
-	}
-
-	mode := info.Mode().Perm()
-	var permitted bool
-	switch {
-	case int(stat.Uid) == uid:
-		permitted = mode&0o100 != 0
-	case int(stat.Gid) == gid:
-		permitted = mode&0o010 != 0
-	default:
-		permitted = mode&0o001 != 0
-	}
-	if !permitted {
-		return fmt.Errorf("no search permission on %s (mode %s)", dir, mode)
-	}
-	return nil
-}
-
-// postgresCredential returns the credential to run PostgreSQL binaries with:
-// nil when not running as root, and the "postgres" user otherwise, because
-// initdb, pg_ctl, and the server all refuse to run as root.
-func postgresCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-
-	postgresUser, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("error looking up postgres user (PostgreSQL can't run as root, so a postgres user is needed): %w", err)
-	}
-	uid, err := strconv.ParseUint(postgresUser.Uid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("error parsing uid of postgres user: %w", err)
-	}
-	gid, err := strconv.ParseUint(postgresUser.Gid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("error parsing gid of postgres user: %w", err)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// FindBinDir returns the directory holding the initdb and pg_ctl binaries.
-//
-// It looks for initdb on PATH first, expecting pg_ctl next to it (or next to
-// the file it links to). Failing that, it falls back to the highest version
-// under /usr/lib/postgresql/*/bin, where Debian and Ubuntu install the
-// binaries without putting them on PATH.
-func FindBinDir() (string, error) {
-	if initdbPath, err := exec.LookPath("initdb"); err == nil {
-		candidates := []string{filepath.Dir(initdbPath)}
-		if resolved, err := filepath.EvalSymlinks(initdbPath); err == nil {
-			candidates = append(candidates, filepath.Dir(resolved))
-		}
-		for _, dir := range candidates {
-			if hasBinaries(dir) {
-				return dir, nil
-			}
-		}
-	}
-
-	dirs, err := filepath.Glob(debianBinGlob)
-	if err != nil {
-		return "", fmt.Errorf("error listing PostgreSQL installations: %w", err)
-	}
-	// Highest version first, compared numerically so "10" beats "9.6".
-	slices.SortFunc(dirs, func(a, b string) int {
-		return -compareVersions(filepath.Base(filepath.Dir(a)), filepath.Base(filepath.Dir(b)))
-	})
-	for _, dir := range dirs {
-		if hasBinaries(dir) {
-			return dir, nil
-		}
-	}
-
-	return "", errors.New("no PostgreSQL binaries found: initdb and pg_ctl are neither on PATH nor in " + debianBinGlob)
-}
-
-// compareVersions compares dotted version numbers like "9.6" and "15"
-// numerically, part by part. Parts that aren't numbers compare as zero.
-func compareVersions(a, b string) int {
-	aParts, bParts := strings.Split(a, "."), strings.Split(b, ".")
-	for i := range max(len(aParts), len(bParts)) {
-		var aNum, bNum int
-		if i < len(aParts) {
-			aNum, _ = strconv.Atoi(aParts[i])
-		}
-		if i < len(bParts) {
-			bNum, _ = strconv.Atoi(bParts[i])
-		}
-		if c := cmp.Compare(aNum, bNum); c != 0 {
-			return c
-		}
-	}
-	return 0
-}
-
-// hasBinaries returns true if dir contains executable initdb and pg_ctl files.
-func hasBinaries(dir string) bool {
-	for _, name := range []string{"initdb", "pg_ctl"} {
-		info, err := os.Stat(filepath.Join(dir, name))
-		if err != nil || !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
 			return false
 		}
 	}

@@ -11,8 +11,9 @@
 //
 // The database is the one in TEST_DATABASE_URL when it's set. Otherwise, Main
 // starts a throwaway PostgreSQL cluster (see package pgcluster) for the test
-// binary and stops it when the tests are done, so tests work without any
-// setup on machines with PostgreSQL installed.
+// binary, sets TEST_DATABASE_URL to it for the binary's examples, and stops
+// it when the tests are done, so tests work without any setup on machines
+// with PostgreSQL installed.
 package testdb
 
 import (
@@ -94,6 +95,12 @@ func Run(m *testing.M) int {
 			}
 		}()
 		databaseURL = cluster.URL()
+		// Examples connect as a user's code would, to the database the
+		// environment names, since they cannot call Pool.
+		if err := os.Setenv(envDatabaseURL, databaseURL); err != nil {
+			fmt.Fprintf(os.Stderr, "testdb: %s\n", err)
+			return 1
+		}
 	}
 
 	// Registered after the cluster's deferred Stop, so it runs first.
@@ -378,37 +385,6 @@ func MigratedSchema(tb testing.TB) (*pgxpool.Pool, string) {
 		tb.Fatalf("testdb: %v", err)
 	}
 	return pool, schema
-}
-
-// ExampleSchema gives an Example function (which has no *testing.T) what
-// MigratedSchema gives a test: the shared pool and a migrated schema of its
-// own. Call drop when the example ends; failures panic, which fails the
-// example.
-func ExampleSchema() (pool *pgxpool.Pool, schema string, drop func()) {
-	tb := &exampleTB{}
-	pool, schema = MigratedSchema(tb)
-	return pool, schema, tb.runCleanups
-}
-
-// exampleTB is the testing.TB of an example: the embedded nil interface
-// supplies testing.TB's unexported method, and the few methods this package
-// calls are implemented here (any other call would panic, as a failure
-// should).
-type exampleTB struct {
-	testing.TB
-	cleanups []func()
-}
-
-func (*exampleTB) Helper()                      {}
-func (*exampleTB) Fatal(args ...any)            { panic(fmt.Sprint(args...)) }
-func (*exampleTB) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
-func (*exampleTB) Errorf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
-func (tb *exampleTB) Cleanup(fn func())         { tb.cleanups = append(tb.cleanups, fn) }
-
-func (tb *exampleTB) runCleanups() {
-	for i := len(tb.cleanups) - 1; i >= 0; i-- {
-		tb.cleanups[i]()
-	}
 }
 
 // isDeadlock reports whether err is PostgreSQL's deadlock_detected.

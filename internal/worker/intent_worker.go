@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -399,38 +396,6 @@ func recordOutput(ctx context.Context, out *workers.AttemptOutput) {
 	_ = river.RecordOutput(ctx, out)
 }
 
-// providerObjectID picks the provider's object id out of an effect's result:
-// its top-level "id", or a top-level field ending in "_id".
-func providerObjectID(result json.RawMessage) string {
-	if len(result) == 0 {
-		return ""
-	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(result, &fields) != nil {
-		return ""
-	}
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		if strings.HasSuffix(k, "_id") {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys) // a stable choice when there are several
-	for _, k := range append([]string{"id"}, keys...) {
-		var v any
-		if json.Unmarshal(fields[k], &v) != nil {
-			continue
-		}
-		switch v := v.(type) {
-		case string:
-			return v
-		case float64:
-			return strconv.FormatFloat(v, 'f', -1, 64)
-		}
-	}
-	return ""
-}
-
 // StaleAttemptError is what an attempt returns to River when another attempt
 // took its intent over and its own outcome was not recorded: River retries
 // the job, so that it completes only once its intent is terminal.
@@ -569,7 +534,7 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d workers.Decisio
 	}
 	recordOutput(ctx, &workers.AttemptOutput{
 		Attempt: c.Attempt, ErrorCode: d.Code, IntentID: c.ID,
-		ProviderObjectID: providerObjectID(result), State: string(d.State),
+		ProviderObjectID: effects.ProviderObjectID(result), State: string(d.State),
 	})
 	w.metrics.EffectAttempts.WithLabelValues(c.Effect, d.Outcome).Inc()
 	spanOutcome(trace.SpanFromContext(ctx), d.Outcome, d.State, d.Code)
