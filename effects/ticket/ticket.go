@@ -116,7 +116,7 @@ var argsSchema = fmt.Sprintf(`{
 	},
 	"required": ["subject", "body"],
 	"additionalProperties": false
-}`, subjectMax, bodyMax, mustJSON(Priorities), tagMax, tagRE.String(), tagsMax)
+}`, subjectMax, bodyMax, mustJSON(Priorities()), tagMax, tagRE.String(), tagsMax)
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
