@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/worker"
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -44,13 +45,13 @@ type Config struct {
 
 	// ApprovalWebhook, when set, names an endpoint of the webhook effect
 	// (which must be enabled) that is told of every intent entering
-	// awaiting_approval (workers.ApprovalNoticeWorker). Defaults to none.
+	// awaiting_approval (workers.ApprovalNoticeArgs). Defaults to none.
 	ApprovalWebhook string
 
 	// DisableBatchFirstAttempts turns off first attempts in batches. By
 	// default the intents of deduplicated effects that one drain takes are
 	// dispatched as one River job per effect and namespace
-	// (workers.IntentBatchWorker, kind outbox_intent_batch), which runs
+	// (workers.IntentBatchArgs, kind outbox_intent_batch), which runs
 	// their first attempts; an intent needing another attempt gets a job of
 	// its own. It saves River's writes per intent; docs/design.md ("First
 	// attempts in batches") has what it costs. The field is a Disable rather
@@ -124,7 +125,7 @@ type Config struct {
 	Retention time.Duration
 
 	// ReconcileInterval is how often River's leader repairs intents whose
-	// River job is finished or gone (workers.ReconcileWorker). Defaults to
+	// River job is finished or gone (workers.ReconcileArgs). Defaults to
 	// workers.ReconcileIntervalDefault.
 	ReconcileInterval time.Duration
 
@@ -133,7 +134,7 @@ type Config struct {
 
 	// TracerProvider, when set, makes River's inserts and jobs spans
 	// (rivercontrib/otelriver: river.insert_many, river.work) and each
-	// intent's attempt a span under its job's (workers.IntentWorkerConfig),
+	// intent's attempt a span under its job's (workers.TracerName),
 	// linked to the span that enqueued it. Defaults to nil: no River spans,
 	// and attempts take the global provider, a no-op unless traces were
 	// configured.
@@ -152,7 +153,7 @@ type Dispatcher struct {
 	pool      *pgxpool.Pool
 	river     *river.Client[pgx.Tx]
 	stopTO    time.Duration
-	worker    *workers.IntentWorker
+	worker    *worker.IntentWorker
 
 	mu            sync.Mutex
 	cancel        context.CancelFunc
@@ -249,7 +250,12 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 
-	worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{
+	// The workers are internal: c, its defaults filled, is the one public
+	// home of their settings, and each worker's config is built from it
+	// here, as River's NewClient builds its maintenance services' configs
+	// from river.Config. Embedding the workers' configs in Config would
+	// show users types they cannot name.
+	intents, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{
 		EffectTimeout:  c.EffectTimeout,
 		Effects:        c.Effects,
 		Logger:         c.Logger,
@@ -261,7 +267,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	pruner, err := workers.NewPruneWorker(pool, &workers.PruneWorkerConfig{
+	pruner, err := worker.NewPruneWorker(pool, &worker.PruneWorkerConfig{
 		Logger:    c.Logger,
 		Retention: c.Retention,
 		Schema:    c.Schema,
@@ -270,7 +276,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 
-	reconciler, err := workers.NewReconcileWorker(pool, &workers.ReconcileWorkerConfig{
+	reconciler, err := worker.NewReconcileWorker(pool, &worker.ReconcileWorkerConfig{
 		ApprovalTTL: c.ApprovalTTL,
 		Effects:     c.Effects,
 		Interval:    c.ReconcileInterval,
@@ -283,11 +289,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	}
 
 	riverWorkers := river.NewWorkers()
-	if err := river.AddWorkerSafely(riverWorkers, worker); err != nil {
+	if err := river.AddWorkerSafely(riverWorkers, intents); err != nil {
 		return nil, err
 	}
 	if !c.DisableBatchFirstAttempts {
-		batcher, err := workers.NewIntentBatchWorker(pool, worker, c.Workers)
+		batcher, err := worker.NewIntentBatchWorker(pool, intents, c.Workers)
 		if err != nil {
 			return nil, err
 		}
@@ -306,7 +312,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		if !ok {
 			return nil, errors.New("dispatcher: ApprovalWebhook needs the webhook effect enabled")
 		}
-		notice, err := workers.NewApprovalNoticeWorker(pool, &workers.ApprovalNoticeWorkerConfig{
+		notice, err := worker.NewApprovalNoticeWorker(pool, &worker.ApprovalNoticeWorkerConfig{
 			Endpoint: c.ApprovalWebhook,
 			Schema:   c.Schema,
 			TTL:      c.ApprovalTTL,
@@ -332,7 +338,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		}
 		queues[name] = river.QueueConfig{MaxWorkers: n}
 	}
-	lease := workers.Lease(c.EffectTimeout)
+	lease := worker.Lease(c.EffectTimeout)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     c.FetchCooldown,
 		FetchPollInterval: c.FetchPollInterval,
@@ -343,7 +349,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		// instead of a live lease to wait for.
 		RescueStuckJobsAfter: lease + c.EffectTimeout,
 		Logger:               c.Logger,
-		MaxAttempts:          worker.MaxAttempts(),
+		MaxAttempts:          intents.MaxAttempts(),
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(c.PruneInterval), func() (river.JobArgs, *river.InsertOpts) {
 				return workers.PruneArgs{}, &river.InsertOpts{Queue: QueueMaintenance}
@@ -364,13 +370,13 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	}
 
 	return &Dispatcher{
-		drainer:   newDrainer(pool, client, &c, worker.MaxAttempts()),
+		drainer:   newDrainer(pool, client, &c, intents.MaxAttempts()),
 		heartbeat: newHeartbeat(pool, &c, client.ID()),
 		logger:    c.Logger,
 		pool:      pool,
 		river:     client,
 		stopTO:    c.EffectTimeout,
-		worker:    worker,
+		worker:    intents,
 	}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/internal/worker"
 	"github.com/outbox-dev/outbox/workers"
 )
 
@@ -182,7 +183,7 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 			params = append(params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect))
 		} else {
 			p := d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect)
-			p.InsertOpts.Metadata = workers.BatchJobMetadata(namespace, effect, len(ids))
+			p.InsertOpts.Metadata = worker.BatchJobMetadata(namespace, effect, len(ids))
 			params = append(params, p)
 		}
 		owners = append(owners, batches[k])
@@ -288,7 +289,7 @@ func (d *drainer) announceOnce(ctx context.Context) (int, error) {
 			Args: workers.ApprovalNoticeArgs{IntentID: r.ID},
 			InsertOpts: &river.InsertOpts{
 				MaxAttempts: d.maxAttempts,
-				Metadata:    workers.JobMetadata(r.Namespace, r.Effect),
+				Metadata:    worker.JobMetadata(r.Namespace, r.Effect),
 				// The webhook effect's queue: a slow receiver holds up
 				// webhooks, not the maintenance jobs.
 				Queue: "webhook",
@@ -394,7 +395,7 @@ func (d *drainer) jobParams(args river.JobArgs, namespace, effect string) river.
 			MaxAttempts: d.maxAttempts,
 			// For River UI: whose intent, of which effect, without
 			// leaving it.
-			Metadata: workers.JobMetadata(namespace, effect),
+			Metadata: worker.JobMetadata(namespace, effect),
 			Queue:    effect,
 		},
 	}

@@ -39,9 +39,8 @@ func (g Guarantee) Valid() bool {
 }
 
 // TimeoutDefault is an attempt's deadline for a provider call when the
-// process running the effects sets none: the workers' (and outboxd's
-// OUTBOX_EFFECT_TIMEOUT's) default, and the bound of a declared request's
-// timeout.
+// process running the effects sets none: dispatcher.Config.EffectTimeout's
+// default, and the bound of a declared request's timeout.
 const TimeoutDefault = 30 * time.Second
 
 // DedupeWindowDefault is the dedupe window assumed for a deduplicated effect

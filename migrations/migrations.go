@@ -151,17 +151,22 @@ type Migrator struct {
 	schema string
 }
 
-// SchemaRE is what a schema name must match. Names are kept simple because
+// schemaRE is what a schema name must match. Names are kept simple because
 // they are also part of notification channels and session settings.
-var SchemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// ValidSchema reports whether name may name outbox's schema: 1 to 40
+// lowercase letters, digits and _, not starting with a digit. New refuses
+// any other.
+func ValidSchema(name string) bool { return schemaRE.MatchString(name) }
 
 // New returns a Migrator for schema (SchemaDefault when empty).
 func New(pool *pgxpool.Pool, schema string) (*Migrator, error) {
 	if schema == "" {
 		schema = SchemaDefault
 	}
-	if !SchemaRE.MatchString(schema) {
-		return nil, fmt.Errorf("schema %q must match %s", schema, SchemaRE)
+	if !ValidSchema(schema) {
+		return nil, fmt.Errorf("schema %q must match %s", schema, schemaRE)
 	}
 	river, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
 	if err != nil {
@@ -222,8 +227,8 @@ func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(s *s
 	defer conn.Release()
 
 	// Migrations wait as long as they must, for the lock and for their
-	// statements, whatever timeouts the pool's sessions start with (serve's
-	// OUTBOX_STATEMENT_TIMEOUT and OUTBOX_LOCK_TIMEOUT, when it migrates at
+	// statements, whatever timeouts the pool's sessions start with (those
+	// internal/dbutil.SetSessionTimeouts sets, when a process migrates at
 	// start): a replica queued behind another's migration, or an index
 	// built on a large table, is not stuck. RESET gives the connection its
 	// startup values back before it returns to the pool.

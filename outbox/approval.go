@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 )
 
@@ -25,7 +26,7 @@ const (
 	// ApprovalDenied cancelled it with error approval_denied.
 	ApprovalDenied ApprovalDecision = "denied"
 	// ApprovalExpired cancelled it with error approval_expired, after
-	// OUTBOX_APPROVAL_TTL without a decision.
+	// dispatcher.Config.ApprovalTTL without a decision.
 	ApprovalExpired ApprovalDecision = "expired"
 )
 
@@ -59,42 +60,88 @@ var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // intent is in another state, ErrApprovalMismatch when params.ArgsSHA256 is
 // not the intent's, and ErrNotFound when there is no such intent.
 func (c *Client) Approve(ctx context.Context, params *ApprovalParams) (*Intent, error) {
-	return c.decide(ctx, params, ApprovalApproved)
+	return c.decideOwnTx(ctx, params, ApprovalApproved)
+}
+
+// ApproveTx is Approve in the caller's transaction: the intent is released
+// when tx commits, and still awaits approval if tx rolls back. The intent's
+// row stays locked until tx ends. It does not commit tx.
+func (c *Client) ApproveTx(ctx context.Context, tx Executor, params *ApprovalParams) (*Intent, error) {
+	return c.decideTx(ctx, tx, params, ApprovalApproved)
 }
 
 // Deny cancels an intent awaiting approval, with error approval_denied and
 // the note as its message. Its errors are Approve's.
 func (c *Client) Deny(ctx context.Context, params *ApprovalParams) (*Intent, error) {
-	return c.decide(ctx, params, ApprovalDenied)
+	return c.decideOwnTx(ctx, params, ApprovalDenied)
 }
 
-func (c *Client) decide(ctx context.Context, params *ApprovalParams, decision ApprovalDecision) (*Intent, error) {
+// DenyTx is Deny in the caller's transaction: the intent is cancelled when
+// tx commits, and still awaits approval if tx rolls back. It does not
+// commit tx.
+func (c *Client) DenyTx(ctx context.Context, tx Executor, params *ApprovalParams) (*Intent, error) {
+	return c.decideTx(ctx, tx, params, ApprovalDenied)
+}
+
+// decideOwnTx records decision in a transaction of its own, and reports it
+// (ApprovalObserverFunc, the log) only once committed.
+func (c *Client) decideOwnTx(ctx context.Context, params *ApprovalParams, decision ApprovalDecision) (*Intent, error) {
+	if err := validateApproval(params); err != nil {
+		return nil, err
+	}
+	// A transaction: the intent is locked while its state and arguments
+	// are checked, so that they are those decided on.
+	row, err := dbutil.WithTxV(ctx, c.pool, func(tx pgx.Tx) (*intentdb.Row, error) {
+		return c.decide(ctx, tx, params, decision)
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.decided(ctx, row, decision, params.By)
+	return intentFromRow(row), nil
+}
+
+// decideTx records decision in tx and reports it before tx commits, as
+// EnqueueTx reports an enqueue.
+func (c *Client) decideTx(ctx context.Context, tx Executor, params *ApprovalParams, decision ApprovalDecision) (*Intent, error) {
+	if err := validateApproval(params); err != nil {
+		return nil, err
+	}
+	row, err := c.decide(ctx, tx, params, decision)
+	if err != nil {
+		return nil, err
+	}
+	c.decided(ctx, row, decision, params.By)
+	return intentFromRow(row), nil
+}
+
+func validateApproval(params *ApprovalParams) error {
 	if params == nil {
-		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
+		return &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
 	}
 	namespace := params.Namespace
 	if namespace == "" {
 		namespace = NamespaceDefault
 	}
 	if err := ValidateNamespace(namespace); err != nil {
-		return nil, err
+		return err
 	}
 	if err := ValidateKey(params.Key); err != nil {
-		return nil, err
+		return err
 	}
 	if !sha256HexRE.MatchString(params.ArgsSHA256) {
-		return nil, &Error{Code: CodeInvalidArgs, Field: "args_sha256", Message: "must be the intent's args_sha256: 64 lowercase hex digits"}
+		return &Error{Code: CodeInvalidArgs, Field: "args_sha256", Message: "must be the intent's args_sha256: 64 lowercase hex digits"}
 	}
-	if err := validateRecord(params.By, params.Note); err != nil {
-		return nil, err
-	}
+	return validateRecord(params.By, params.Note)
+}
 
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("error beginning approval: %w", err)
+// decide records decision on the intent params names, in tx, whose
+// parameters validateApproval accepted.
+func (c *Client) decide(ctx context.Context, tx Executor, params *ApprovalParams, decision ApprovalDecision) (*intentdb.Row, error) {
+	namespace := params.Namespace
+	if namespace == "" {
+		namespace = NamespaceDefault
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-
 	// Locked, so that the state and arguments checked are those decided on.
 	current, err := c.queries.GetForUpdate(ctx, tx, namespace, params.Key)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -119,18 +166,19 @@ func (c *Client) decide(ctx context.Context, params *ApprovalParams, decision Ap
 	if err != nil {
 		return nil, fmt.Errorf("error recording %s: %w", decision, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("error committing %s: %w", decision, err)
-	}
+	return row, nil
+}
+
+// decided reports a recorded decision to ApprovalObserverFunc and the log.
+func (c *Client) decided(ctx context.Context, row *intentdb.Row, decision ApprovalDecision, by string) {
 	if c.approved != nil {
 		c.approved(row.Effect, decision)
 	}
-	c.logger.InfoContext(ctx, "intent "+string(decision), "namespace", namespace, "key", params.Key, "intent_id", row.ID,
-		"effect", row.Effect, "by", params.By)
-	return intentFromRow(row), nil
+	c.logger.InfoContext(ctx, "intent "+string(decision), "namespace", row.Namespace, "key", row.Key, "intent_id", row.ID,
+		"effect", row.Effect, "by", by)
 }
 
-// ApprovalRule is one rule of OUTBOX_APPROVAL: every intent of Effect, or,
+// ApprovalRule is one approval rule: every intent of Effect, or,
 // with Arg set, those whose top-level argument Arg compares with Value by
 // Op. See ParseApprovalRules.
 type ApprovalRule struct {
@@ -145,7 +193,7 @@ type ApprovalRule struct {
 	Value string
 }
 
-// String returns the rule as written in OUTBOX_APPROVAL.
+// String returns the rule as ParseApprovalRules reads it.
 func (r ApprovalRule) String() string {
 	if r.Arg == "" {
 		return r.Effect
@@ -162,7 +210,7 @@ var (
 // read as ">" and a value starting with "=".
 var ruleOps = []string{">=", "<=", "!=", "=", ">", "<"}
 
-// ParseApprovalRules reads OUTBOX_APPROVAL: rules separated by commas, each
+// ParseApprovalRules reads approval rules: rules separated by commas, each
 // an effect alone ("email": every intent of it) or an effect, a colon and
 // one comparison of a top-level argument with a value
 // ("charge:amount>=10000", "webhook:endpoint=payouts"). The operators are
@@ -225,9 +273,8 @@ func parseApprovalRule(text string) (ApprovalRule, error) {
 // intent table against writes (not reads) until it commits, and waits at
 // most 10 s for the transactions writing intents at that moment
 // (docs/design.md, "Approval rules, in an insert trigger"). Setting the
-// rules already in force changes nothing and takes no such lock. outboxd
-// serve calls it at start with OUTBOX_APPROVAL, when it differs from the
-// rules stored.
+// rules already in force changes nothing and takes no such lock, so a
+// process may set its rules at every start.
 func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) error {
 	stored := make([]intentdb.ApprovalRule, len(rules))
 	for i, r := range rules {
@@ -251,7 +298,7 @@ func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) err
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		// One writer at a time: replicas starting together each replace
 		// the whole set, never interleave.
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{c.schema, "outbox_approval_rule"}.Sanitize()+" IN EXCLUSIVE MODE"); err != nil {
+		if err := c.queries.LockApprovalRules(ctx, tx); err != nil {
 			return fmt.Errorf("error locking approval rules: %w", err)
 		}
 		return c.queries.SetApprovalRules(ctx, tx, stored)

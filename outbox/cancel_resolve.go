@@ -29,6 +29,16 @@ type CancelParams struct {
 // effect's attempt killed mid-call), or when an earlier attempt may have
 // reached the provider. It returns ErrNotFound when there is no such intent.
 func (c *Client) Cancel(ctx context.Context, params *CancelParams) (*Intent, error) {
+	// One statement, and a read of the intent only to say why it was
+	// refused: the pool runs each in a transaction of its own.
+	return c.CancelTx(ctx, c.pool, params)
+}
+
+// CancelTx is Cancel in the caller's transaction: the intent is cancelled
+// when tx commits, and stays as it was if tx rolls back. Until tx ends the
+// intent's row and its River job's stay locked, so no attempt starts
+// meanwhile: keep tx short. It does not commit tx.
+func (c *Client) CancelTx(ctx context.Context, tx Executor, params *CancelParams) (*Intent, error) {
 	if params == nil {
 		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
 	}
@@ -45,9 +55,9 @@ func (c *Client) Cancel(ctx context.Context, params *CancelParams) (*Intent, err
 	if err := validateRecord(params.By, params.Note); err != nil {
 		return nil, err
 	}
-	row, err := c.queries.Cancel(ctx, c.pool, namespace, key, params.By, params.Note)
+	row, err := c.queries.Cancel(ctx, tx, namespace, key, params.By, params.Note)
 	if errors.Is(err, pgx.ErrNoRows) {
-		current, err := c.Get(ctx, namespace, key)
+		current, err := c.GetTx(ctx, tx, namespace, key)
 		if err != nil {
 			return nil, err
 		}
@@ -108,6 +118,13 @@ type ResolveParams struct {
 // Resolve moves an unknown intent to succeeded, failed, or back to pending
 // for another attempt (retry). It returns ErrNotUnknown for any other state.
 func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, error) {
+	return c.ResolveTx(ctx, c.pool, params)
+}
+
+// ResolveTx is Resolve in the caller's transaction: the resolution holds
+// when tx commits, and the intent stays unknown if tx rolls back. It does
+// not commit tx.
+func (c *Client) ResolveTx(ctx context.Context, tx Executor, params *ResolveParams) (*Intent, error) {
 	if params == nil {
 		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
 	}
@@ -135,9 +152,9 @@ func (c *Client) Resolve(ctx context.Context, params *ResolveParams) (*Intent, e
 	if err := validateRecord(params.By, params.Note); err != nil {
 		return nil, err
 	}
-	row, err := c.queries.Resolve(ctx, c.pool, namespace, params.Key, string(state), params.Note, params.By)
+	row, err := c.queries.Resolve(ctx, tx, namespace, params.Key, string(state), params.Note, params.By)
 	if errors.Is(err, pgx.ErrNoRows) {
-		current, err := c.Get(ctx, namespace, params.Key)
+		current, err := c.GetTx(ctx, tx, namespace, params.Key)
 		if err != nil {
 			return nil, err
 		}

@@ -14,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/internal/origin"
 	"github.com/outbox-dev/outbox/migrations"
 )
 
@@ -23,9 +25,10 @@ import (
 // library.
 const SchemaDefault = migrations.SchemaDefault
 
-// Executor is what EnqueueTx needs: a pgx.Tx, a savepoint (also a pgx.Tx), a
-// *pgx.Conn or a *pgxpool.Pool all fit. Pass a transaction: the point of an
-// enqueue is to commit or roll back with the caller's own writes.
+// Executor is what the Tx forms (EnqueueTx, GetTx, CancelTx...) need: a
+// pgx.Tx, a savepoint (also a pgx.Tx), a *pgx.Conn or a *pgxpool.Pool all
+// fit. Pass a transaction: the point of a Tx form is to commit or roll back
+// with the caller's own writes.
 type Executor interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -48,7 +51,9 @@ const (
 type Config struct {
 	// ApprovalObserverFunc, when set, is called after every approval or
 	// denial this client recorded, with the intent's effect and the
-	// decision (for metrics). Defaults to nil.
+	// decision (for metrics). ApproveTx and DenyTx call it before the
+	// caller's transaction commits, so a rolled-back decision is counted
+	// too. Defaults to nil.
 	ApprovalObserverFunc func(effect string, decision ApprovalDecision)
 
 	// EnqueueObserverFunc, when set, is called after every enqueue that
@@ -88,9 +93,9 @@ type Client struct {
 	schema    string
 }
 
-// NewClient returns a client. pool serves reads, waits, operator actions
-// and Enqueue; EnqueueTx and EnqueueManyTx run on the executor each call is
-// given.
+// NewClient returns a client. pool serves waits and the operations without
+// a Tx suffix (Enqueue, Get, Cancel...); the Tx forms run on the executor
+// each call is given.
 func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("outbox: pool must not be nil")
@@ -134,16 +139,8 @@ type EnqueueParams struct {
 	Effect string
 	// Key is the idempotency key naming the logical action.
 	Key string
-	// KeySource records where the key came from. Defaults to KeySourceExplicit.
-	KeySource KeySource
 	// Namespace is the tenant. Defaults to NamespaceDefault.
 	Namespace string
-	// EnqueuedBy names, for the record, who enqueues from the credentials
-	// the request came with: an audit actor of internal/access ("api:" and
-	// an API token's fingerprint, "cli:" and a user). outboxd's HTTP API,
-	// MCP server and command line set it; unlike RequestedBy it is not the
-	// client's to say. Defaults to none.
-	EnqueuedBy string
 	// RequestedBy optionally names who asked: the client's own label.
 	// Defaults to none.
 	RequestedBy string
@@ -162,17 +159,20 @@ type EnqueueResult struct {
 	Intent *Intent
 }
 
-// prepare checks and normalises p for the database. Every check that the
-// database would otherwise make is made here: a refusal there would abort
-// the caller's transaction.
-func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
+// prepare checks and normalises p for the database, with the origin ctx
+// carries (internal/origin: outboxd's surfaces say who enqueues and how the
+// key was made; a library caller's intents are explicit and by nobody).
+// Every check that the database would otherwise make is made here: a
+// refusal there would abort the caller's transaction.
+func (c *Client) prepare(ctx context.Context, p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 	if p == nil {
 		return nil, &Error{Code: CodeInvalidArgs, Message: "params must not be nil"}
 	}
+	from := origin.From(ctx)
 	out := &intentdb.EnqueueRow{
 		Effect:    p.Effect,
 		Key:       p.Key,
-		KeySource: string(p.KeySource),
+		KeySource: from.KeySource,
 		Namespace: p.Namespace,
 
 		RequireApproval: p.RequireApproval,
@@ -186,7 +186,7 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 	if err := ValidateKey(p.Key); err != nil {
 		return nil, err
 	}
-	switch p.KeySource {
+	switch KeySource(from.KeySource) {
 	case "":
 		out.KeySource = string(KeySourceExplicit)
 	case KeySourceExplicit, KeySourceAuto, KeySourceModelConfirmed:
@@ -208,8 +208,8 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 		rb := p.RequestedBy
 		out.RequestedBy = &rb
 	}
-	if p.EnqueuedBy != "" {
-		eb := p.EnqueuedBy
+	if from.EnqueuedBy != "" {
+		eb := from.EnqueuedBy
 		out.EnqueuedBy = &eb
 	}
 
@@ -244,7 +244,7 @@ func (c *Client) prepare(p *EnqueueParams) (*intentdb.EnqueueRow, error) {
 // traceparent, for the attempts' spans to link to; a duplicate keeps the
 // first enqueue's.
 func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueueParams) (*EnqueueResult, error) {
-	p, err := c.prepare(params)
+	p, err := c.prepare(ctx, params)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx Executor, params *EnqueuePara
 // intent may be recorded, and enqueuing the key again tells. ctx's span is
 // recorded as EnqueueTx records it.
 func (c *Client) Enqueue(ctx context.Context, params *EnqueueParams) (*EnqueueResult, error) {
-	p, err := c.prepare(params)
+	p, err := c.prepare(ctx, params)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +321,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*Enque
 	tp := traceparent(ctx)
 	rows := make([]*intentdb.EnqueueRow, len(params))
 	for i, params := range params {
-		p, err := c.prepare(params)
+		p, err := c.prepare(ctx, params)
 		if err != nil {
 			var oe *Error
 			if errors.As(err, &oe) && oe.Field != "" {
@@ -355,6 +355,18 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, params []*Enque
 		}
 	}
 	return results, nil
+}
+
+// EnqueueMany records many intents in a transaction of its own, for
+// callers without one to join. It answers as EnqueueManyTx does: all the
+// intents are recorded, or, on a *KeyReusedError, none.
+func (c *Client) EnqueueMany(ctx context.Context, params []*EnqueueParams) ([]*EnqueueResult, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	return dbutil.WithTxV(ctx, c.pool, func(tx pgx.Tx) ([]*EnqueueResult, error) {
+		return c.EnqueueManyTx(ctx, tx, params)
+	})
 }
 
 // dbError maps constraint violations that input checks should have caught

@@ -11,7 +11,6 @@ import (
 // Error codes, as the HTTP API, MCP and the command line report them.
 const (
 	CodeApprovalMismatch      = "approval_mismatch"
-	CodeBodyTooLarge          = "body_too_large"
 	CodeForbidden             = "forbidden"
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
 	CodeIdempotencyKeyMissing = "idempotency_key_required"
@@ -20,7 +19,6 @@ const (
 	// CodeInvalidArgs is arguments refused, by the enqueue or by the
 	// effect when it runs (effects.CodeInvalidArgs, the same code).
 	CodeInvalidArgs         = effects.CodeInvalidArgs
-	CodeInvalidJSON         = "invalid_json"
 	CodeInvalidKey          = "invalid_key"
 	CodeNotAwaitingApproval = "not_awaiting_approval"
 	CodeNotCancellable      = "not_cancellable"
@@ -67,8 +65,6 @@ func (e *Error) Is(target error) bool {
 }
 
 var (
-	// ErrBodyTooLarge is a request body over the API's limit.
-	ErrBodyTooLarge = &Error{Code: CodeBodyTooLarge}
 	// ErrApprovalMismatch is an approval or denial that names arguments
 	// (their args_sha256) other than the intent's.
 	ErrApprovalMismatch = &Error{Code: CodeApprovalMismatch}
@@ -79,8 +75,6 @@ var (
 	ErrKeyRequired = &Error{Code: CodeIdempotencyKeyMissing}
 	// ErrInvalidArgs is arguments that fail the effect's validation.
 	ErrInvalidArgs = &Error{Code: CodeInvalidArgs}
-	// ErrInvalidJSON is a request body that is not valid JSON of the expected shape.
-	ErrInvalidJSON = &Error{Code: CodeInvalidJSON}
 	// ErrInvalidKey is a key (or namespace) that is not 1 to 255 printable
 	// ASCII characters.
 	ErrInvalidKey = &Error{Code: CodeInvalidKey}

@@ -134,8 +134,8 @@ type Intent struct {
 	ResolutionNote *string `json:"resolution_note,omitempty"`
 	// ResolvedAt is when it was cancelled or resolved by hand.
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
-	// ApprovalRule is why the intent needed approval: the rule of
-	// OUTBOX_APPROVAL that matched, as written, or "requested" when its
+	// ApprovalRule is why the intent needed approval: the rule in force
+	// (SetApprovalRules) that matched, as written, or "requested" when its
 	// caller asked; absent when it needed none.
 	ApprovalRule *string `json:"approval_rule,omitempty"`
 	// ApprovedBy names who approved it (an API token's fingerprint, "cli:"

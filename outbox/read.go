@@ -2,11 +2,9 @@ package outbox
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,10 +13,14 @@ import (
 
 // Get returns the intent (namespace, key), or ErrNotFound.
 func (c *Client) Get(ctx context.Context, namespace, key string) (*Intent, error) {
-	return c.get(ctx, c.pool, namespace, key)
+	// One statement: the pool runs it in a transaction of its own.
+	return c.GetTx(ctx, c.pool, namespace, key)
 }
 
-func (c *Client) get(ctx context.Context, q intentdb.Querier, namespace, key string) (*Intent, error) {
+// GetTx returns the intent (namespace, key) as tx sees it, or ErrNotFound:
+// an intent tx enqueued is found before tx commits, and a change tx made
+// (CancelTx, ResolveTx, ApproveTx, DenyTx) is seen.
+func (c *Client) GetTx(ctx context.Context, tx Executor, namespace, key string) (*Intent, error) {
 	if namespace == "" {
 		namespace = NamespaceDefault
 	}
@@ -28,7 +30,7 @@ func (c *Client) get(ctx context.Context, q intentdb.Querier, namespace, key str
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	row, err := c.queries.Get(ctx, q, namespace, key)
+	row, err := c.queries.Get(ctx, tx, namespace, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &Error{Code: CodeNotFound, Message: "no intent with this key"}
 	}
@@ -70,6 +72,12 @@ type ListResult struct {
 
 // List returns intents of a namespace, newest first, a page at a time.
 func (c *Client) List(ctx context.Context, params *ListParams) (*ListResult, error) {
+	return c.ListTx(ctx, c.pool, params)
+}
+
+// ListTx is List as tx sees the intents: those tx enqueued or changed are
+// listed as tx left them, before it commits.
+func (c *Client) ListTx(ctx context.Context, tx Executor, params *ListParams) (*ListResult, error) {
 	if params == nil {
 		params = &ListParams{}
 	}
@@ -96,14 +104,14 @@ func (c *Client) List(ctx context.Context, params *ListParams) (*ListResult, err
 	}
 	var before int64
 	if params.Cursor != "" {
-		var err error
-		if before, err = decodeCursor(params.Cursor); err != nil {
-			return nil, err
+		var ok bool
+		if before, ok = intentdb.DecodeCursor(params.Cursor); !ok {
+			return nil, &Error{Code: CodeInvalidArgs, Field: "cursor", Message: "is not a cursor returned by a listing"}
 		}
 	}
 
 	// One row more than the page tells whether there is a next page.
-	rows, err := c.queries.List(ctx, c.pool, &intentdb.ListParams{
+	rows, err := c.queries.List(ctx, tx, &intentdb.ListParams{
 		BeforeID: before, Effect: params.Effect, Limit: limit + 1, Namespace: namespace, States: states,
 	})
 	if err != nil {
@@ -115,31 +123,9 @@ func (c *Client) List(ctx context.Context, params *ListParams) (*ListResult, err
 	}
 	if len(res.Intents) > limit {
 		res.Intents = res.Intents[:limit]
-		res.NextCursor = encodeCursor(res.Intents[limit-1].ID)
+		res.NextCursor = intentdb.EncodeCursor(res.Intents[limit-1].ID)
 	}
 	return res, nil
-}
-
-// Cursors are opaque to callers; today they hold the last id seen.
-func encodeCursor(id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("id:" + strconv.FormatInt(id, 10)))
-}
-
-func decodeCursor(cursor string) (int64, error) {
-	bad := &Error{Code: CodeInvalidArgs, Field: "cursor", Message: "is not a cursor returned by a listing"}
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return 0, bad
-	}
-	s, ok := strings.CutPrefix(string(raw), "id:")
-	if !ok {
-		return 0, bad
-	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, bad
-	}
-	return id, nil
 }
 
 // Wait blocks until the intent (namespace, key) is terminal and returns it.
@@ -185,8 +171,8 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 // reread reads intent again. On failure it returns the intent as last read,
 // with ctx's error when ctx ended, so that a waiter always has something to
 // show.
-func (c *Client) reread(ctx context.Context, q intentdb.Querier, last *Intent) (*Intent, error) {
-	intent, err := c.get(ctx, q, last.Namespace, last.Key)
+func (c *Client) reread(ctx context.Context, q Executor, last *Intent) (*Intent, error) {
+	intent, err := c.GetTx(ctx, q, last.Namespace, last.Key)
 	if err != nil {
 		if ctx.Err() != nil {
 			return last, ctx.Err()

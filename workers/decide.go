@@ -128,9 +128,9 @@ func Decide(s Situation) Decision {
 	mayHaveSent := s.MaybeSent || s.Lost
 	exhausted := func(outcome string) Decision {
 		if mayHaveSent {
-			return Decision{State: outbox.StateUnknown, Code: codeAttemptsExhausted, Outcome: outcome, MaybeSent: true}
+			return Decision{State: outbox.StateUnknown, Code: CodeAttemptsExhausted, Outcome: outcome, MaybeSent: true}
 		}
-		return Decision{State: outbox.StateFailed, Code: codeAttemptsExhausted, Outcome: outcome}
+		return Decision{State: outbox.StateFailed, Code: CodeAttemptsExhausted, Outcome: outcome}
 	}
 	switch s.Step {
 	case StepStart:
@@ -146,9 +146,9 @@ func Decide(s Situation) Decision {
 			// The same provider key with another request: a provider
 			// that dedupes may answer the old request's result, or refuse,
 			// and a look-up may look for the wrong thing.
-			return Decision{State: outbox.StateUnknown, Code: codeDeclarationChanged, Outcome: "unknown", MaybeSent: true}
+			return Decision{State: outbox.StateUnknown, Code: CodeDeclarationChanged, Outcome: "unknown", MaybeSent: true}
 		case s.Lost && s.Guarantee == effects.GuaranteeAtMostOnce:
-			return Decision{State: outbox.StateUnknown, Code: codeOutcomeLost, Outcome: "unknown", MaybeSent: true}
+			return Decision{State: outbox.StateUnknown, Code: CodeOutcomeLost, Outcome: "unknown", MaybeSent: true}
 		case (s.Lost || s.MaybeSent) && s.Guarantee == effects.GuaranteeReconcilable:
 			// Any earlier attempt that may have reached the provider is
 			// looked for before every send, not only after a lost outcome:
@@ -158,18 +158,18 @@ func Decide(s Situation) Decision {
 			// the last look-up.
 			return Decision{Action: ActionLookup}
 		case s.MaybeSent && s.Guarantee == effects.GuaranteeDeduplicated && s.PastWindow:
-			return Decision{State: outbox.StateUnknown, Code: codeDedupeWindowPassed, Outcome: "unknown", MaybeSent: true}
+			return Decision{State: outbox.StateUnknown, Code: CodeDedupeWindowPassed, Outcome: "unknown", MaybeSent: true}
 		}
 		return Decision{Action: ActionSend}
 
 	case StepLookedUp:
 		switch {
 		case s.LookupFailed:
-			return Decision{State: outbox.StateRunning, Code: codeLookupFailed, Outcome: "lookup_failed", MaybeSent: true, Retry: true}
+			return Decision{State: outbox.StateRunning, Code: CodeLookupFailed, Outcome: "lookup_failed", MaybeSent: true, Retry: true}
 		case s.Found:
 			return Decision{State: outbox.StateSucceeded, Outcome: "reconciled"}
 		case s.DeclarationChanged:
-			return Decision{State: outbox.StateUnknown, Code: codeDeclarationChanged, Outcome: "unknown", MaybeSent: true}
+			return Decision{State: outbox.StateUnknown, Code: CodeDeclarationChanged, Outcome: "unknown", MaybeSent: true}
 		}
 		return Decision{Action: ActionSend}
 	}
@@ -198,11 +198,21 @@ func Decide(s Situation) Decision {
 	return ambiguous
 }
 
-// Error codes the state machine records itself.
+// Error codes the state machine records itself, on the intent
+// (outbox.Intent.Error) and in Decision.Code.
 const (
-	codeAttemptsExhausted  = "attempts_exhausted"
-	codeDeclarationChanged = "declaration_changed"
-	codeDedupeWindowPassed = "dedupe_window_passed" //nolint:gosec // an error code: G101 reads "passed" as a password
-	codeLookupFailed       = "lookup_failed"
-	codeOutcomeLost        = "outcome_lost"
+	// CodeAttemptsExhausted: the last attempt allowed ended without a
+	// confirmation.
+	CodeAttemptsExhausted = "attempts_exhausted"
+	// CodeDeclarationChanged: an earlier attempt may have been sent under
+	// another declaration of the effect than the one in force.
+	CodeDeclarationChanged = "declaration_changed"
+	// CodeDedupeWindowPassed: an earlier attempt may have acted, and the
+	// intent is older than the provider's dedupe window.
+	CodeDedupeWindowPassed = "dedupe_window_passed" //nolint:gosec // an error code: G101 reads "passed" as a password
+	// CodeLookupFailed: a reconcilable effect's look-up failed.
+	CodeLookupFailed = "lookup_failed"
+	// CodeOutcomeLost: an attempt may have reached the provider and its
+	// outcome was lost.
+	CodeOutcomeLost = "outcome_lost"
 )

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -37,22 +36,22 @@ func TestDecide(t *testing.T) {
 		// At the start of an attempt.
 		{"StartFirstAttemptSends", Situation{Guarantee: amo}, send},
 		{"StartExhaustedNothingSentFails", Situation{Guarantee: dedup, Exhausted: true},
-			finish(outbox.StateFailed, codeAttemptsExhausted, "exhausted")},
+			finish(outbox.StateFailed, CodeAttemptsExhausted, "exhausted")},
 		{"StartExhaustedMaybeSentIsUnknown", Situation{Guarantee: dedup, Exhausted: true, MaybeSent: true},
-			maybeSent(finish(outbox.StateUnknown, codeAttemptsExhausted, "exhausted"))},
+			maybeSent(finish(outbox.StateUnknown, CodeAttemptsExhausted, "exhausted"))},
 		{"StartExhaustedComesBeforeLookup", Situation{Guarantee: recon, Exhausted: true, Lost: true},
-			maybeSent(finish(outbox.StateUnknown, codeAttemptsExhausted, "exhausted"))},
+			maybeSent(finish(outbox.StateUnknown, CodeAttemptsExhausted, "exhausted"))},
 		{"StartDeclarationChangedAfterMaybeSentIsUnknown", Situation{Guarantee: dedup, MaybeSent: true, DeclarationChanged: true},
-			maybeSent(finish(outbox.StateUnknown, codeDeclarationChanged, "unknown"))},
+			maybeSent(finish(outbox.StateUnknown, CodeDeclarationChanged, "unknown"))},
 		{"StartDeclarationChangedReconcilableLooksUpFirst", Situation{Guarantee: recon, MaybeSent: true, DeclarationChanged: true},
 			Decision{Action: ActionLookup}},
 		{"StartDeclarationChangedNeverSentSends", Situation{Guarantee: dedup, DeclarationChanged: true}, send},
 		{"StartLostAtMostOnceIsUnknown", Situation{Guarantee: amo, Lost: true, MaybeSent: true},
-			maybeSent(finish(outbox.StateUnknown, codeOutcomeLost, "unknown"))},
+			maybeSent(finish(outbox.StateUnknown, CodeOutcomeLost, "unknown"))},
 		{"StartLostReconcilableLooksUp", Situation{Guarantee: recon, Lost: true}, Decision{Action: ActionLookup}},
 		{"StartLostDeduplicatedSendsAgain", Situation{Guarantee: dedup, Lost: true, MaybeSent: true}, send},
 		{"StartDeduplicatedPastWindowMaybeSentIsUnknown", Situation{Guarantee: dedup, MaybeSent: true, PastWindow: true},
-			maybeSent(finish(outbox.StateUnknown, codeDedupeWindowPassed, "unknown"))},
+			maybeSent(finish(outbox.StateUnknown, CodeDedupeWindowPassed, "unknown"))},
 		{"StartDeduplicatedPastWindowNeverSentSends", Situation{Guarantee: dedup, PastWindow: true}, send},
 		{"StartMaybeSentReconcilableLooksUp", Situation{Guarantee: recon, MaybeSent: true}, Decision{Action: ActionLookup}},
 		{"StartReconcilablePastWindowIgnoresWindow", Situation{Guarantee: recon, MaybeSent: true, PastWindow: true}, Decision{Action: ActionLookup}},
@@ -60,14 +59,14 @@ func TestDecide(t *testing.T) {
 
 		// After a look-up.
 		{"LookupFailedRetriesReleasingTheLease", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true, LookupFailed: true},
-			retry(maybeSent(finish(outbox.StateRunning, codeLookupFailed, "lookup_failed")))},
+			retry(maybeSent(finish(outbox.StateRunning, CodeLookupFailed, "lookup_failed")))},
 		{"LookupFoundSucceeds", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true, Found: true},
 			finish(outbox.StateSucceeded, "", "reconciled")},
 		{"LookupNotFoundSendsAgain", Situation{Step: StepLookedUp, Guarantee: recon, Lost: true}, send},
 		{"LookupFoundUnderAnotherDeclarationSucceeds", Situation{Step: StepLookedUp, Guarantee: recon, MaybeSent: true, DeclarationChanged: true, Found: true},
 			finish(outbox.StateSucceeded, "", "reconciled")},
 		{"LookupNotFoundUnderAnotherDeclarationIsUnknown", Situation{Step: StepLookedUp, Guarantee: recon, MaybeSent: true, DeclarationChanged: true},
-			maybeSent(finish(outbox.StateUnknown, codeDeclarationChanged, "unknown"))},
+			maybeSent(finish(outbox.StateUnknown, CodeDeclarationChanged, "unknown"))},
 
 		// After the call.
 		{"CalledSuccessSucceeds", Situation{Step: StepCalled, Guarantee: amo},
@@ -79,9 +78,9 @@ func TestDecide(t *testing.T) {
 		{"CalledNotSentRetries", Situation{Step: StepCalled, Guarantee: amo, Class: effects.ClassNotSent},
 			retry(finish(outbox.StatePending, "", "not_sent"))},
 		{"CalledNotSentLastFails", Situation{Step: StepCalled, Guarantee: amo, Class: effects.ClassNotSent, Last: true},
-			finish(outbox.StateFailed, codeAttemptsExhausted, "not_sent")},
+			finish(outbox.StateFailed, CodeAttemptsExhausted, "not_sent")},
 		{"CalledNotSentLastAfterMaybeSentIsUnknown", Situation{Step: StepCalled, Guarantee: dedup, Class: effects.ClassNotSent, Last: true, MaybeSent: true},
-			maybeSent(finish(outbox.StateUnknown, codeAttemptsExhausted, "not_sent"))},
+			maybeSent(finish(outbox.StateUnknown, CodeAttemptsExhausted, "not_sent"))},
 		{"CalledAmbiguousAtMostOnceIsUnknown", Situation{Step: StepCalled, Guarantee: amo, Class: effects.ClassAmbiguous},
 			maybeSent(finish(outbox.StateUnknown, "", "ambiguous"))},
 		{"CalledAmbiguousReconcilableKeepsTheLease", Situation{Step: StepCalled, Guarantee: recon, Class: effects.ClassAmbiguous},
@@ -204,14 +203,4 @@ func TestDecideReconcilableLooksUpBeforeEveryResend(t *testing.T) {
 			}
 		}
 	}
-}
-
-func TestPastWindow(t *testing.T) {
-	t.Parallel()
-
-	day := 24 * time.Hour
-	require.False(t, pastWindow(0, day))
-	require.False(t, pastWindow(22*time.Hour, day))
-	require.True(t, pastWindow(23*time.Hour+time.Minute, day), "within the last hour of Stripe's 24")
-	require.True(t, pastWindow(25*time.Hour, day))
 }

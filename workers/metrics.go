@@ -4,6 +4,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Reasons of outbox_reconciled_total: what had become of the job of an
+// intent that was not terminal.
+const (
+	ReconcileReasonJobCancelled = "job_cancelled"
+	ReconcileReasonJobCompleted = "job_completed"
+	ReconcileReasonJobDiscarded = "job_discarded"
+	ReconcileReasonJobMissing   = "job_missing"
+)
+
 // Metrics are the workers' Prometheus metrics. One Metrics may be shared by
 // every worker of a process.
 type Metrics struct {
@@ -33,10 +42,12 @@ type Metrics struct {
 	StaleWrites prometheus.Counter
 }
 
-// EffectDurationBuckets are outbox_effect_duration_seconds's bounds: 5 ms to
-// 60 s in 1-2.5-5 steps, bounds a person reads at a glance, ending at twice
-// the default effect timeout (30 s).
-var EffectDurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60}
+// EffectDurationBuckets returns outbox_effect_duration_seconds's bounds: 5
+// ms to 60 s in 1-2.5-5 steps, bounds a person reads at a glance, ending at
+// twice the default effect timeout (30 s). Each call returns a new slice.
+func EffectDurationBuckets() []float64 {
+	return []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60}
+}
 
 // NewMetrics creates the workers' metrics and registers them with reg (none
 // when reg is nil).
@@ -57,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		EffectDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "outbox_effect_duration_seconds",
 			Help:    "Duration of one effect call (provider round trip), by effect.",
-			Buckets: EffectDurationBuckets,
+			Buckets: EffectDurationBuckets(),
 		}, []string{"effect"}),
 		Reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_reconciled_total",

@@ -77,8 +77,9 @@ func New(config *Config) (*Effect, error) {
 		// No retries inside stripe-go. River is the one retry loop: each of
 		// its attempts is recorded in the intent (whether it may have reached
 		// Stripe, which error it met), is bounded by the attempt's deadline
-		// (OUTBOX_EFFECT_TIMEOUT, the ctx given to Execute), backs off across
-		// process restarts, and stops at OUTBOX_MAX_ATTEMPTS or at the end of
+		// (dispatcher.Config.EffectTimeout, the ctx given to Execute), backs
+		// off across process restarts, and stops at
+		// dispatcher.Config.MaxAttempts or at the end of
 		// Stripe's 24 h window. stripe-go's own retries would sleep inside
 		// that deadline (a 409 retried in-process eats the attempt's time and
 		// ends as a timeout, which is ambiguous, instead of a prompt "not

@@ -1,4 +1,4 @@
-// Package declared is HTTP effects declared in a file (OUTBOX_EFFECTS_FILE)
+// Package declared is HTTP effects declared in a file
 // rather than written in Go: docs/effects.md, "Declaring an HTTP effect", is
 // its reference. Load and Parse check a file (YAML 1.2 or JSON) and return
 // its effects, each an effects.Effect like the built-ins (and an

@@ -126,7 +126,7 @@ func (e *Effect) DedupeWindow() time.Duration {
 	return max(e.window-e.request.timeout, 0)
 }
 
-// CheckApprovalRule checks an approval rule's argument (OUTBOX_APPROVAL)
+// CheckApprovalRule checks an approval rule's argument (outbox.ApprovalRule)
 // against the declared schema: arg must be a top-level property, and a
 // numeric comparison (numeric) needs a number or integer property. An empty
 // arg (every intent of the effect) is always valid.

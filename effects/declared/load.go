@@ -30,8 +30,8 @@ const ProviderKeyLength = 47
 
 // Config configures Load and Parse.
 type Config struct {
-	// EffectTimeout is OUTBOX_EFFECT_TIMEOUT: a request's default and
-	// maximum timeout. Defaults to effects.TimeoutDefault.
+	// EffectTimeout is the attempts' deadline (dispatcher.Config.EffectTimeout):
+	// a request's default and maximum timeout. Defaults to effects.TimeoutDefault.
 	EffectTimeout time.Duration
 
 	// HTTPClient sends the requests. It must not follow redirects.
@@ -61,7 +61,8 @@ type Config struct {
 	// Defaults to none.
 	ReservedTools []string
 
-	// Retention is OUTBOX_RETENTION: a dedupe window longer than it is
+	// Retention is how long terminal intents are kept
+	// (dispatcher.Config.Retention): a dedupe window longer than it is
 	// refused (a key pruned before its window ends could be reused for a
 	// new action while the provider still remembers it). Zero skips the
 	// check.

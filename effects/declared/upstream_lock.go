@@ -71,8 +71,8 @@ type LockedTool struct {
 	ListedSHA256 string `json:"listed_sha256"`
 }
 
-// LockPath is the lock of the effects file at path: OUTBOX_EFFECTS_LOCK's
-// default.
+// LockPath is the default path of the lock of the effects file at path:
+// beside it, with ".lock" added.
 func LockPath(effectsFile string) string { return effectsFile + ".lock" }
 
 // ReadLock reads a lock file.

@@ -28,8 +28,8 @@ const (
 	tagMax     = 255
 )
 
-// Priorities are the priorities Zendesk knows.
-var Priorities = []string{"low", "normal", "high", "urgent"}
+// Priorities returns the priorities Zendesk knows, in a new slice.
+func Priorities() []string { return []string{"low", "normal", "high", "urgent"} }
 
 // Config configures the ticket effect.
 type Config struct {
@@ -116,7 +116,7 @@ var argsSchema = fmt.Sprintf(`{
 	},
 	"required": ["subject", "body"],
 	"additionalProperties": false
-}`, subjectMax, bodyMax, mustJSON(Priorities), tagMax, tagRE.String(), tagsMax)
+}`, subjectMax, bodyMax, mustJSON(Priorities()), tagMax, tagRE.String(), tagsMax)
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
@@ -157,7 +157,7 @@ func ParseArgs(args json.RawMessage) (*Args, error) {
 	}
 	if raw.Priority != nil {
 		ok := false
-		for _, p := range Priorities {
+		for _, p := range Priorities() {
 			ok = ok || *raw.Priority == p
 		}
 		if !ok {

@@ -64,7 +64,7 @@ func ArgsSchema() json.RawMessage { return json.RawMessage(argsSchema) }
 // ArgsSchema implements effects.ArgsSchemaer.
 func (e *Effect) ArgsSchema() json.RawMessage { return ArgsSchema() }
 
-// ParseEndpoints reads OUTBOX_WEBHOOKS: "name=url[;dedupe],...". Errors name
+// ParseEndpoints reads endpoints written "name=url[;dedupe],...". Errors name
 // the entry by position and never quote a URL, which can carry a token.
 func ParseEndpoints(s string) ([]Endpoint, error) {
 	var out []Endpoint

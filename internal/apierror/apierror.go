@@ -1,8 +1,9 @@
 // Package apierror is the one table that maps the library's errors to what
 // the HTTP API, the MCP server and the console answer: a code (outbox's
-// Code constants), the field at fault, a message, and the HTTP status. A
-// surface adds only its own spelling of the key's name (the
-// Idempotency-Key header, the idempotency_key argument).
+// Code constants, and the API's own CodeBodyTooLarge and CodeInvalidJSON),
+// the field at fault, a message, and the HTTP status. A surface adds only
+// its own spelling of the key's name (the Idempotency-Key header, the
+// idempotency_key argument).
 package apierror
 
 import (
@@ -19,6 +20,17 @@ import (
 	"github.com/outbox-dev/outbox/outbox"
 )
 
+// Codes of the HTTP API's own refusals, of a request the library never
+// sees. They are answered as an *outbox.Error with the code, as the
+// library's are.
+const (
+	// CodeBodyTooLarge is a request body over the API's limit.
+	CodeBodyTooLarge = "body_too_large"
+	// CodeInvalidJSON is a request body that is not valid JSON of the
+	// expected shape.
+	CodeInvalidJSON = "invalid_json"
+)
+
 // WaitMax is the longest wait for an intent's outcome that the HTTP API
 // (?wait=) and MCP's get_intent (wait_seconds) accept: long polls beyond a
 // minute are cut by proxies and clients alike.
@@ -32,7 +44,7 @@ const InternalMessage = "internal error; the server's log has the details"
 type Problem struct {
 	// Status is the HTTP status.
 	Status int
-	// Code is the error code (outbox.Code...).
+	// Code is the error code (outbox.Code..., or this package's).
 	Code string
 	// Field names the input at fault, if any.
 	Field string
@@ -127,12 +139,12 @@ func UnavailableReason(err error) string {
 // statusOf is each caller's error code's HTTP status.
 var statusOf = map[string]int{
 	outbox.CodeApprovalMismatch:      http.StatusConflict,
-	outbox.CodeBodyTooLarge:          http.StatusRequestEntityTooLarge,
+	CodeBodyTooLarge:                 http.StatusRequestEntityTooLarge,
 	outbox.CodeForbidden:             http.StatusForbidden,
 	outbox.CodeIdempotencyKeyMissing: http.StatusBadRequest,
 	outbox.CodeIdempotencyKeyReused:  http.StatusUnprocessableEntity,
 	outbox.CodeInvalidArgs:           http.StatusBadRequest,
-	outbox.CodeInvalidJSON:           http.StatusBadRequest,
+	CodeInvalidJSON:                  http.StatusBadRequest,
 	outbox.CodeInvalidKey:            http.StatusBadRequest,
 	outbox.CodeNotAwaitingApproval:   http.StatusConflict,
 	outbox.CodeNotCancellable:        http.StatusConflict,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/dbutil"
+	"github.com/outbox-dev/outbox/internal/origin"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -86,10 +87,10 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	}
 
 	res, err := dbutil.WithTxV(ctx, pool, func(tx pgx.Tx) (*outbox.EnqueueResult, error) {
+		ctx := origin.With(ctx, origin.Origin{EnqueuedBy: access.CLIActor()})
 		return client.EnqueueTx(ctx, tx, &outbox.EnqueueParams{
 			Args:        json.RawMessage(effectArgs),
 			Effect:      *effect,
-			EnqueuedBy:  access.CLIActor(),
 			Key:         *key,
 			Namespace:   *namespace,
 			RequestedBy: *requestedBy,

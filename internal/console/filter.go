@@ -1,11 +1,9 @@
 package console
 
 import (
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -75,25 +73,4 @@ func parseFilter(r *http.Request, p *principal) (filterForm, *filter, string) {
 		problems = append(problems, "created before: "+err.Error())
 	}
 	return form, f, strings.Join(problems, "; ")
-}
-
-// The list's cursor is opaque to users: the last id seen.
-func encodeCursor(id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("id:" + strconv.FormatInt(id, 10)))
-}
-
-func decodeCursor(c string) int64 {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return 0
-	}
-	s, ok := strings.CutPrefix(string(b), "id:")
-	if !ok {
-		return 0
-	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0
-	}
-	return id
 }

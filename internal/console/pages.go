@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/redact"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -104,7 +105,8 @@ func (h *Handler) intents(w http.ResponseWriter, r *http.Request, p *principal) 
 	} else {
 		var before int64
 		if c := r.URL.Query().Get("cursor"); c != "" {
-			if before = decodeCursor(c); before == 0 {
+			var ok bool
+			if before, ok = intentdb.DecodeCursor(c); !ok {
 				v.Problem, status = "the cursor is not one this list made; start from the first page", http.StatusBadRequest
 			}
 		}
@@ -124,7 +126,7 @@ func (h *Handler) intents(w http.ResponseWriter, r *http.Request, p *principal) 
 				for k, vs := range values {
 					next[k] = vs
 				}
-				next.Set("cursor", encodeCursor(rows[len(rows)-1].ID))
+				next.Set("cursor", intentdb.EncodeCursor(rows[len(rows)-1].ID))
 				v.NextURL = Prefix + "/intents?" + next.Encode()
 			}
 			if before != 0 {

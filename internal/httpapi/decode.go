@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/outbox-dev/outbox/internal/apierror"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -36,9 +37,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		return nil, &outbox.Error{Code: outbox.CodeBodyTooLarge, Message: "request body is larger than 1 MiB (1048576 bytes)"}
+		return nil, &outbox.Error{Code: apierror.CodeBodyTooLarge, Message: "request body is larger than 1 MiB (1048576 bytes)"}
 	case err != nil:
-		return nil, &outbox.Error{Code: outbox.CodeInvalidJSON, Message: "error reading request body: " + err.Error()}
+		return nil, &outbox.Error{Code: apierror.CodeInvalidJSON, Message: "error reading request body: " + err.Error()}
 	}
 	return body, nil
 }
@@ -128,7 +129,7 @@ func article(jsonValue string) string {
 }
 
 func invalidJSON(msg string) error {
-	return &outbox.Error{Code: outbox.CodeInvalidJSON, Message: msg}
+	return &outbox.Error{Code: apierror.CodeInvalidJSON, Message: msg}
 }
 
 // frame is one open array or object in checkJSON's walk.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/apierror"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -43,7 +44,7 @@ func TestDecodeEnqueue(t *testing.T) {
 		require.Error(t, err, body)
 		var oe *outbox.Error
 		require.True(t, errors.As(err, &oe), body)
-		require.Equal(t, outbox.CodeInvalidJSON, oe.Code, body)
+		require.Equal(t, apierror.CodeInvalidJSON, oe.Code, body)
 		require.Equal(t, want, oe.Message, body)
 	}
 
@@ -84,7 +85,7 @@ func FuzzDecodeEnqueue(f *testing.F) {
 		if err != nil {
 			var oe *outbox.Error
 			require.True(t, errors.As(err, &oe), "error %v is not an *outbox.Error", err)
-			require.Equal(t, outbox.CodeInvalidJSON, oe.Code)
+			require.Equal(t, apierror.CodeInvalidJSON, oe.Code)
 			require.NotEmpty(t, oe.Message)
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/outbox-dev/outbox/internal/keyguard"
+	"github.com/outbox-dev/outbox/internal/origin"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -90,12 +91,10 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 		res, possibleDuplicateOf = guarded.EnqueueResult, guarded.PossibleDuplicateOf
 	} else {
 		params := &outbox.EnqueueParams{
-			Args:       req.Args,
-			Effect:     *req.Effect,
-			EnqueuedBy: actor(r),
-			Key:        key,
-			KeySource:  outbox.KeySourceExplicit,
-			Namespace:  namespace,
+			Args:      req.Args,
+			Effect:    *req.Effect,
+			Key:       key,
+			Namespace: namespace,
 
 			RequireApproval: req.RequireApproval,
 		}
@@ -104,7 +103,8 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request, namespace stri
 		}
 		// In a transaction of its own, shared with the requests enqueuing
 		// at the same moment (outbox.Client.Enqueue).
-		if res, err = h.client.Enqueue(r.Context(), params); err != nil {
+		ctx := origin.With(r.Context(), origin.Origin{EnqueuedBy: actor(r), KeySource: string(outbox.KeySourceExplicit)})
+		if res, err = h.client.Enqueue(ctx, params); err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/internal/apierror"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
@@ -334,22 +335,22 @@ func TestEnqueue(t *testing.T) {
 			"NumberTooLarge":   {nil, `{"effect": "noop", "args": {"a": 1e1000000}}`, 400, outbox.CodeInvalidArgs, "args"},
 			"LongRequestedBy":  {nil, `{"effect": "noop", "args": {}, "requested_by": "` + strings.Repeat("r", 256) + `"}`, 400, outbox.CodeInvalidArgs, "requested_by"},
 			"QueryParameter":   {nil, `{"effect": "noop", "args": {}}`, 400, outbox.CodeInvalidArgs, "query"},
-			"UnknownField":     {nil, `{"effect": "noop", "args": {}, "priority": 1}`, 400, outbox.CodeInvalidJSON, ""},
-			"EffectNotString":  {nil, `{"effect": 7, "args": {}}`, 400, outbox.CodeInvalidJSON, ""},
-			"MissingEffect":    {nil, `{"args": {}}`, 400, outbox.CodeInvalidJSON, ""},
-			"MissingArgs":      {nil, `{"effect": "noop"}`, 400, outbox.CodeInvalidJSON, ""},
-			"NotAnObject":      {nil, `["noop"]`, 400, outbox.CodeInvalidJSON, ""},
-			"Empty":            {nil, ``, 400, outbox.CodeInvalidJSON, ""},
-			"Trailing":         {nil, `{"effect": "noop", "args": {}} {}`, 400, outbox.CodeInvalidJSON, ""},
-			"TrailingGarbage":  {nil, `{"effect": "noop", "args": {}}x`, 400, outbox.CodeInvalidJSON, ""},
-			"Duplicate":        {nil, `{"effect": "noop", "effect": "noop_at_most_once", "args": {}}`, 400, outbox.CodeInvalidJSON, ""},
-			"NestedDuplicate":  {nil, `{"effect": "noop", "args": {"a": 1, "a": 2}}`, 400, outbox.CodeInvalidJSON, ""},
-			"InvalidUTF8":      {nil, "{\"effect\": \"noop\", \"args\": {\"a\": \"\xff\xfe\"}}", 400, outbox.CodeInvalidJSON, ""},
-			"DeeplyNested":     {nil, `{"effect": "noop", "args": {"a": ` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}}`, 400, outbox.CodeInvalidJSON, ""},
-			"VeryDeeplyNested": {nil, `{"effect": "noop", "args": {"a": ` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}}`, 400, outbox.CodeInvalidJSON, ""},
-			"Truncated":        {nil, `{"effect": "noop", "args": {`, 400, outbox.CodeInvalidJSON, ""},
-			"SingleQuotes":     {nil, `{'effect': 'noop', 'args': {}}`, 400, outbox.CodeInvalidJSON, ""},
-			"Oversized":        {nil, `{"effect": "noop", "args": {"pad": "` + strings.Repeat("x", httpapi.BodyMax) + `"}}`, 413, outbox.CodeBodyTooLarge, ""},
+			"UnknownField":     {nil, `{"effect": "noop", "args": {}, "priority": 1}`, 400, apierror.CodeInvalidJSON, ""},
+			"EffectNotString":  {nil, `{"effect": 7, "args": {}}`, 400, apierror.CodeInvalidJSON, ""},
+			"MissingEffect":    {nil, `{"args": {}}`, 400, apierror.CodeInvalidJSON, ""},
+			"MissingArgs":      {nil, `{"effect": "noop"}`, 400, apierror.CodeInvalidJSON, ""},
+			"NotAnObject":      {nil, `["noop"]`, 400, apierror.CodeInvalidJSON, ""},
+			"Empty":            {nil, ``, 400, apierror.CodeInvalidJSON, ""},
+			"Trailing":         {nil, `{"effect": "noop", "args": {}} {}`, 400, apierror.CodeInvalidJSON, ""},
+			"TrailingGarbage":  {nil, `{"effect": "noop", "args": {}}x`, 400, apierror.CodeInvalidJSON, ""},
+			"Duplicate":        {nil, `{"effect": "noop", "effect": "noop_at_most_once", "args": {}}`, 400, apierror.CodeInvalidJSON, ""},
+			"NestedDuplicate":  {nil, `{"effect": "noop", "args": {"a": 1, "a": 2}}`, 400, apierror.CodeInvalidJSON, ""},
+			"InvalidUTF8":      {nil, "{\"effect\": \"noop\", \"args\": {\"a\": \"\xff\xfe\"}}", 400, apierror.CodeInvalidJSON, ""},
+			"DeeplyNested":     {nil, `{"effect": "noop", "args": {"a": ` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}}`, 400, apierror.CodeInvalidJSON, ""},
+			"VeryDeeplyNested": {nil, `{"effect": "noop", "args": {"a": ` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}}`, 400, apierror.CodeInvalidJSON, ""},
+			"Truncated":        {nil, `{"effect": "noop", "args": {`, 400, apierror.CodeInvalidJSON, ""},
+			"SingleQuotes":     {nil, `{'effect': 'noop', 'args': {}}`, 400, apierror.CodeInvalidJSON, ""},
+			"Oversized":        {nil, `{"effect": "noop", "args": {"pad": "` + strings.Repeat("x", httpapi.BodyMax) + `"}}`, 413, apierror.CodeBodyTooLarge, ""},
 		} {
 			t.Run(name, func(t *testing.T) {
 				header := tt.header
@@ -662,11 +663,11 @@ func TestCancel(t *testing.T) {
 	}
 	resp := cancel(`{"reason": "x"}`)
 	require.Equal(t, http.StatusBadRequest, resp.status)
-	require.Equal(t, outbox.CodeInvalidJSON, resp.errorCode(t))
+	require.Equal(t, apierror.CodeInvalidJSON, resp.errorCode(t))
 
 	resp = cancel(`{"note": 1}`)
 	require.Equal(t, http.StatusBadRequest, resp.status)
-	require.Equal(t, outbox.CodeInvalidJSON, resp.errorCode(t))
+	require.Equal(t, apierror.CodeInvalidJSON, resp.errorCode(t))
 	resp = cancel(`{"note": "` + strings.Repeat("n", 1001) + `"}`)
 	require.Equal(t, http.StatusBadRequest, resp.status)
 	require.Equal(t, outbox.CodeInvalidArgs, resp.errorCode(t))
@@ -705,11 +706,11 @@ func TestResolve(t *testing.T) {
 	for body, code := range map[string]string{
 		`{"outcome": "maybe"}`:                 outbox.CodeInvalidArgs,
 		`{}`:                                   outbox.CodeInvalidArgs,
-		`{"outcome": "succeeded", "by": "me"}`: outbox.CodeInvalidJSON,
-		`{"outcome": true}`:                    outbox.CodeInvalidJSON,
-		``:                                     outbox.CodeInvalidJSON,
-		`{"outcome": "failed", "note": 1}`:     outbox.CodeInvalidJSON,
-		`{"outcome": "succeeded"} {"outcome": "x"}`: outbox.CodeInvalidJSON,
+		`{"outcome": "succeeded", "by": "me"}`: apierror.CodeInvalidJSON,
+		`{"outcome": true}`:                    apierror.CodeInvalidJSON,
+		``:                                     apierror.CodeInvalidJSON,
+		`{"outcome": "failed", "note": 1}`:     apierror.CodeInvalidJSON,
+		`{"outcome": "succeeded"} {"outcome": "x"}`: apierror.CodeInvalidJSON,
 	} {
 		resp := resolve("u", body)
 		require.Equal(t, http.StatusBadRequest, resp.status, body)

@@ -72,6 +72,7 @@ func (q *Queries) renderApproval(r func(string) string) {
 	q.sqlRulesInsert = r(`INSERT INTO {{schema}}.outbox_approval_rule (position, rule, effect, arg, op, value, num)
 		VALUES ($1, $2, $3, NULLIF($4, ''), NULLIF($5, ''), NULLIF($6, ''), $7::numeric)`)
 	q.sqlRules = r(`SELECT rule FROM {{schema}}.outbox_approval_rule ORDER BY position`)
+	q.sqlRulesLock = r(`LOCK TABLE {{schema}}.outbox_approval_rule IN EXCLUSIVE MODE`)
 }
 
 // GetByID returns the intent id, or pgx.ErrNoRows.
@@ -129,6 +130,13 @@ type ApprovalRule struct {
 	Op     string
 	Value  string
 	Num    *string
+}
+
+// LockApprovalRules locks the rules against another writer (not readers)
+// until tx ends.
+func (q *Queries) LockApprovalRules(ctx context.Context, tx DBTX) error {
+	_, err := tx.Exec(ctx, q.sqlRulesLock)
+	return err
 }
 
 // SetApprovalRules replaces the rules in force with rules, in tx.

@@ -22,7 +22,7 @@ type Queries struct {
 	sqlRedispatch, sqlStranded, sqlUnserved                                                   string
 	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                   string
 	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
-	sqlRulesDelete, sqlRulesInsert, sqlRules                                                  string
+	sqlRulesDelete, sqlRulesInsert, sqlRules, sqlRulesLock                                    string
 	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                 string
 	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                         string
 	sqlBrowse, sqlBrowseOldest, sqlInState, sqlInStateUnknown, sqlInStateAwaiting             string

@@ -31,6 +31,7 @@ import (
 	"github.com/outbox-dev/outbox/internal/autokey"
 	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
+	"github.com/outbox-dev/outbox/internal/origin"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -164,7 +165,7 @@ func (g *Guard) Enqueue(ctx context.Context, p *Params) (*Result, error) {
 			// Arguments RFC 8785 cannot hold (a duplicate name, a number
 			// beyond a double) cannot be compared: take the key as given,
 			// and let the enqueue's own checks judge the arguments.
-			res, err := g.client.Enqueue(ctx, g.params(p, p.Key, outbox.KeySourceExplicit))
+			res, err := g.client.Enqueue(withOrigin(ctx, p, outbox.KeySourceExplicit), g.params(p, p.Key))
 			return &Result{EnqueueResult: res}, err
 		}
 		return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "args", Message: err.Error()}
@@ -193,7 +194,7 @@ func (g *Guard) Enqueue(ctx context.Context, p *Params) (*Result, error) {
 				source = outbox.KeySourceModelConfirmed
 			}
 		}
-		res, err := g.client.EnqueueTx(ctx, tx, g.params(p, key, source))
+		res, err := g.client.EnqueueTx(withOrigin(ctx, p, source), tx, g.params(p, key))
 		if err != nil {
 			return nil, err
 		}
@@ -262,13 +263,17 @@ func (g *Guard) autoKey(ctx context.Context, tx pgx.Tx, p *Params, canonical []b
 	return autokey.Key(p.Tool, canonical, start), nil
 }
 
-func (g *Guard) params(p *Params, key string, source outbox.KeySource) *outbox.EnqueueParams {
+// withOrigin is ctx carrying who enqueues p and how its key was made, which
+// the intent records.
+func withOrigin(ctx context.Context, p *Params, source outbox.KeySource) context.Context {
+	return origin.With(ctx, origin.Origin{EnqueuedBy: p.EnqueuedBy, KeySource: string(source)})
+}
+
+func (g *Guard) params(p *Params, key string) *outbox.EnqueueParams {
 	return &outbox.EnqueueParams{
 		Args:        p.Args,
 		Effect:      p.Effect,
-		EnqueuedBy:  p.EnqueuedBy,
 		Key:         key,
-		KeySource:   source,
 		Namespace:   p.Namespace,
 		RequestedBy: p.RequestedBy,
 

@@ -1,4 +1,4 @@
-package workers
+package worker
 
 import (
 	"context"
@@ -14,42 +14,15 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/workers"
 )
-
-// ApprovalNoticeArgs is the job that tells OUTBOX_APPROVAL_WEBHOOK's
-// endpoint that an intent awaits approval.
-type ApprovalNoticeArgs struct {
-	IntentID int64 `json:"intent_id"`
-}
-
-// Kind implements river.JobArgs.
-func (ApprovalNoticeArgs) Kind() string { return "outbox_approval_notice" }
-
-// ApprovalNoticeType is the notice's "type".
-const ApprovalNoticeType = "outbox.approval_requested"
-
-// ApprovalNotice is the payload of the webhook that announces an intent
-// awaiting approval: everything a person needs to decide, and the
-// args_sha256 an approval must name.
-type ApprovalNotice struct {
-	Type      string    `json:"type"`
-	ID        int64     `json:"intent_id"`
-	Namespace string    `json:"namespace"`
-	Key       string    `json:"key"`
-	Effect    string    `json:"effect"`
-	Args      any       `json:"args"`
-	ArgsSHA   string    `json:"args_sha256"`
-	Rule      string    `json:"rule"`
-	CreatedAt time.Time `json:"created_at"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
 
 // ApprovalNoticeWorkerConfig configures an ApprovalNoticeWorker.
 type ApprovalNoticeWorkerConfig struct {
 	// Endpoint is the webhook endpoint told. Required.
 	Endpoint string
 	// TTL is how long an intent may await approval, for the notice's
-	// expires_at. Defaults to ApprovalTTLDefault.
+	// expires_at. Defaults to workers.ApprovalTTLDefault.
 	TTL time.Duration
 	// Webhook is the webhook effect, which signs and sends. Required.
 	Webhook effects.Effect
@@ -64,7 +37,7 @@ type ApprovalNoticeWorkerConfig struct {
 // failed is retried by River; one whose intent was decided meanwhile is not
 // sent.
 type ApprovalNoticeWorker struct {
-	river.WorkerDefaults[ApprovalNoticeArgs]
+	river.WorkerDefaults[workers.ApprovalNoticeArgs]
 
 	endpoint string
 	pool     *pgxpool.Pool
@@ -83,7 +56,7 @@ func (c *ApprovalNoticeWorkerConfig) withDefaults() *ApprovalNoticeWorkerConfig 
 		out.Schema = outbox.SchemaDefault
 	}
 	if out.TTL == 0 {
-		out.TTL = ApprovalTTLDefault
+		out.TTL = workers.ApprovalTTLDefault
 	}
 	return &out
 }
@@ -118,7 +91,7 @@ func NewApprovalNoticeWorker(pool *pgxpool.Pool, config *ApprovalNoticeWorkerCon
 }
 
 // Work sends one notice.
-func (w *ApprovalNoticeWorker) Work(ctx context.Context, job *river.Job[ApprovalNoticeArgs]) error {
+func (w *ApprovalNoticeWorker) Work(ctx context.Context, job *river.Job[workers.ApprovalNoticeArgs]) error {
 	row, err := w.queries.GetByID(ctx, w.pool, job.Args.IntentID)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.State != string(outbox.StateAwaitingApproval)) {
 		return nil // decided (or pruned) before anyone had to be told
@@ -130,8 +103,8 @@ func (w *ApprovalNoticeWorker) Work(ctx context.Context, job *river.Job[Approval
 	if row.ApprovalRule != nil {
 		rule = *row.ApprovalRule
 	}
-	args, err := json.Marshal(map[string]any{"endpoint": w.endpoint, "payload": ApprovalNotice{
-		Type:      ApprovalNoticeType,
+	args, err := json.Marshal(map[string]any{"endpoint": w.endpoint, "payload": workers.ApprovalNotice{
+		Type:      workers.ApprovalNoticeType,
 		ID:        row.ID,
 		Namespace: row.Namespace,
 		Key:       row.Key,

@@ -1,4 +1,4 @@
-package workers_test
+package worker_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/worker"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -83,7 +84,7 @@ type testBundle struct {
 	metrics *workers.Metrics
 	pool    *pgxpool.Pool
 	schema  string
-	worker  *workers.IntentWorker
+	worker  *worker.IntentWorker
 }
 
 type setupOpts struct {
@@ -103,7 +104,7 @@ func setup(t *testing.T, guarantee effects.Guarantee, opts *setupOpts) *testBund
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
 	require.NoError(t, err)
 	metrics := workers.NewMetrics(nil)
-	worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{
+	worker, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{
 		EffectTimeout: cmpOr(opts.effectTimeout, 2*time.Second),
 		Effects:       reg,
 		MaxAttempts:   cmpOr(opts.maxAttempts, 5),
@@ -257,7 +258,7 @@ func TestIntentWorker(t *testing.T) {
 		intent := b.enqueue(t, "k")
 		var snooze *river.JobSnoozeError
 		require.ErrorAs(t, b.work(intent, 1), &snooze)
-		require.Equal(t, workers.RetryAfterMax, snooze.Duration, "capped")
+		require.Equal(t, worker.RetryAfterMax, snooze.Duration, "capped")
 		// River's attempt 1 again dies mid-call (never recorded); River
 		// rescues the job as attempt 2.
 		b.effect.execute = nil
@@ -657,7 +658,7 @@ func TestIntentWorkerStaleAttempt(t *testing.T) {
 			close(resume)
 			// The stale attempt must not complete the job: River retries
 			// it, and the retry finds the intent terminal.
-			var stale *workers.StaleAttemptError
+			var stale *worker.StaleAttemptError
 			require.ErrorAs(t, <-staleDone, &stale)
 			require.NoError(t, b.work(intent, 3))
 			require.Equal(t, 1.0, testutil.ToFloat64(b.metrics.StaleWrites))
@@ -733,7 +734,7 @@ func TestIntentWorkerGuaranteeFromArgs(t *testing.T) {
 	require.NoError(t, err)
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
 	require.NoError(t, err)
-	worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{Effects: reg, Schema: schema})
+	worker, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{Effects: reg, Schema: schema})
 	require.NoError(t, err)
 	worker.Start()
 	defer worker.Stop()
@@ -797,7 +798,7 @@ func TestIntentWorkerDeclarationChanged(t *testing.T) {
 		require.NoError(t, err)
 		client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
 		require.NoError(t, err)
-		worker, err := workers.NewIntentWorker(pool, &workers.IntentWorkerConfig{EffectTimeout: time.Second, Effects: reg, Schema: schema})
+		worker, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{EffectTimeout: time.Second, Effects: reg, Schema: schema})
 		require.NoError(t, err)
 		worker.Start()
 		t.Cleanup(worker.Stop)

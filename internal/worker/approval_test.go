@@ -1,4 +1,4 @@
-package workers_test
+package worker_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/webhook"
+	"github.com/outbox-dev/outbox/internal/worker"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -38,7 +39,7 @@ func TestExpireApprovals(t *testing.T) {
 
 	reg, err := effects.NewRegistry(b.effect)
 	require.NoError(t, err)
-	reconciler, err := workers.NewReconcileWorker(b.pool, &workers.ReconcileWorkerConfig{
+	reconciler, err := worker.NewReconcileWorker(b.pool, &worker.ReconcileWorkerConfig{
 		ApprovalTTL: time.Hour, Effects: reg, Metrics: b.metrics, Schema: b.schema,
 	})
 	require.NoError(t, err)
@@ -82,11 +83,11 @@ func TestApprovalNotice(t *testing.T) {
 	hook, err := webhook.New(&webhook.Config{Endpoints: []webhook.Endpoint{{Name: "approvals", URL: receiver.URL, Dedupe: true}}, Secret: secret})
 	require.NoError(t, err)
 
-	_, err = workers.NewApprovalNoticeWorker(b.pool, &workers.ApprovalNoticeWorkerConfig{Endpoint: "nowhere", TTL: time.Hour, Webhook: hook, Schema: b.schema})
+	_, err = worker.NewApprovalNoticeWorker(b.pool, &worker.ApprovalNoticeWorkerConfig{Endpoint: "nowhere", TTL: time.Hour, Webhook: hook, Schema: b.schema})
 	var argErr *effects.ArgError
 	require.ErrorAs(t, err, &argErr, "an endpoint the webhook effect does not know")
 	require.Equal(t, "endpoint", argErr.Field)
-	w, err := workers.NewApprovalNoticeWorker(b.pool, &workers.ApprovalNoticeWorkerConfig{Endpoint: "approvals", TTL: time.Hour, Webhook: hook, Schema: b.schema})
+	w, err := worker.NewApprovalNoticeWorker(b.pool, &worker.ApprovalNoticeWorkerConfig{Endpoint: "approvals", TTL: time.Hour, Webhook: hook, Schema: b.schema})
 	require.NoError(t, err)
 
 	res, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "big", Effect: "test", Args: map[string]any{"amount": 20000}, RequireApproval: true})

@@ -1,4 +1,4 @@
-package workers
+package worker
 
 import (
 	"context"
@@ -15,39 +15,17 @@ import (
 	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/workers"
 )
 
-// ReconcileArgs is the periodic job that repairs intents whose River job is
-// finished or gone.
-type ReconcileArgs struct{}
-
-// Kind implements river.JobArgs.
-func (ReconcileArgs) Kind() string { return "outbox_reconcile" }
-
-// Defaults of ReconcileWorkerConfig.
-const (
-	ReconcileBatchSizeDefault = 1000
-	ReconcileIntervalDefault  = 10 * time.Second
-)
-
-// Reasons of outbox_reconciled_total: what had become of the job of an
-// intent that was not terminal.
-const (
-	ReconcileReasonJobCancelled = "job_cancelled"
-	ReconcileReasonJobCompleted = "job_completed"
-	ReconcileReasonJobDiscarded = "job_discarded"
-	ReconcileReasonJobMissing   = "job_missing"
-)
-
-// ApprovalTTLDefault is how long an intent may await approval before it is
-// cancelled with error approval_expired (OUTBOX_APPROVAL_TTL).
-const ApprovalTTLDefault = 24 * time.Hour
+// ReconcileBatchSizeDefault is ReconcileWorkerConfig.BatchSize's default.
+const ReconcileBatchSizeDefault = 1000
 
 // ReconcileWorkerConfig configures a ReconcileWorker.
 type ReconcileWorkerConfig struct {
 	// ApprovalTTL is how long an intent may await approval; the reconciler
 	// cancels older ones with error approval_expired. Defaults to
-	// ApprovalTTLDefault.
+	// workers.ApprovalTTLDefault.
 	ApprovalTTL time.Duration
 
 	// BatchSize is how many intents one transaction repairs. Defaults to
@@ -63,7 +41,7 @@ type ReconcileWorkerConfig struct {
 
 	// Interval is how often the reconciler runs. It is also the age past
 	// which a pending intent of an effect no replica took is reported.
-	// Defaults to ReconcileIntervalDefault.
+	// Defaults to workers.ReconcileIntervalDefault.
 	Interval time.Duration
 
 	// Logger receives a line per repair, and a warning per effect that has
@@ -72,7 +50,7 @@ type ReconcileWorkerConfig struct {
 
 	// Metrics receives outbox_reconciled_total. Defaults to unregistered
 	// metrics.
-	Metrics *Metrics
+	Metrics *workers.Metrics
 
 	// Schema holds the outbox tables. Defaults to outbox.SchemaDefault.
 	Schema string
@@ -91,14 +69,14 @@ type ReconcileWorkerConfig struct {
 // River's leader inserts it as a periodic job, so one replica reconciles at
 // a time.
 type ReconcileWorker struct {
-	river.WorkerDefaults[ReconcileArgs]
+	river.WorkerDefaults[workers.ReconcileArgs]
 
 	approvalTTL time.Duration
 	batchSize   int
 	effects     *effects.Registry
 	interval    time.Duration
 	logger      *slog.Logger
-	metrics     *Metrics
+	metrics     *workers.Metrics
 	pool        *pgxpool.Pool
 	queries     *intentdb.Queries
 }
@@ -110,19 +88,19 @@ func (c *ReconcileWorkerConfig) withDefaults() *ReconcileWorkerConfig {
 	}
 	out := *c
 	if out.ApprovalTTL == 0 {
-		out.ApprovalTTL = ApprovalTTLDefault
+		out.ApprovalTTL = workers.ApprovalTTLDefault
 	}
 	if out.BatchSize == 0 {
 		out.BatchSize = ReconcileBatchSizeDefault
 	}
 	if out.Interval == 0 {
-		out.Interval = ReconcileIntervalDefault
+		out.Interval = workers.ReconcileIntervalDefault
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	if out.Metrics == nil {
-		out.Metrics = NewMetrics(nil)
+		out.Metrics = workers.NewMetrics(nil)
 	}
 	if out.Schema == "" {
 		out.Schema = outbox.SchemaDefault
@@ -161,7 +139,7 @@ func NewReconcileWorker(pool *pgxpool.Pool, config *ReconcileWorkerConfig) (*Rec
 
 // Work repairs every stranded intent, expires approvals nobody gave in
 // time, then reports effects whose pending intents no replica takes.
-func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
+func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[workers.ReconcileArgs]) error {
 	if _, err := w.Reconcile(ctx); err != nil {
 		return err
 	}
@@ -234,7 +212,7 @@ func (w *ReconcileWorker) reconcileBatch(ctx context.Context, tx pgx.Tx) (int, e
 	// leaves the intents stranded, and the next run repairs and counts
 	// them again, which a reader of the log will take for what it is.
 	for i, s := range stranded {
-		reason := ReconcileReasonJobMissing
+		reason := workers.ReconcileReasonJobMissing
 		if s.JobState != nil {
 			reason = "job_" + *s.JobState
 		}

@@ -1,4 +1,4 @@
-package workers
+package worker
 
 import (
 	"context"
@@ -12,19 +12,11 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/workers"
 )
 
-// PruneArgs is the periodic job that prunes terminal intents.
-type PruneArgs struct{}
-
-// Kind implements river.JobArgs.
-func (PruneArgs) Kind() string { return "outbox_prune" }
-
-// Defaults of PruneWorkerConfig.
-const (
-	PruneBatchSizeDefault = 1000
-	RetentionDefault      = 168 * time.Hour
-)
+// PruneBatchSizeDefault is PruneWorkerConfig.BatchSize's default.
+const PruneBatchSizeDefault = 1000
 
 // PruneWorkerConfig configures a PruneWorker.
 type PruneWorkerConfig struct {
@@ -36,7 +28,7 @@ type PruneWorkerConfig struct {
 	// logger that discards.
 	Logger *slog.Logger
 	// Retention is how long a terminal intent (and so its key) is kept.
-	// Defaults to RetentionDefault.
+	// Defaults to workers.RetentionDefault.
 	Retention time.Duration
 	// Schema holds the outbox tables. Defaults to "outbox".
 	Schema string
@@ -45,7 +37,7 @@ type PruneWorkerConfig struct {
 // PruneWorker deletes terminal intents older than the retention. Non-terminal
 // intents are never deleted: the prunable index holds only terminal ones.
 type PruneWorker struct {
-	river.WorkerDefaults[PruneArgs]
+	river.WorkerDefaults[workers.PruneArgs]
 
 	batchSize int
 	logger    *slog.Logger
@@ -67,7 +59,7 @@ func (c *PruneWorkerConfig) withDefaults() *PruneWorkerConfig {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	if out.Retention == 0 {
-		out.Retention = RetentionDefault
+		out.Retention = workers.RetentionDefault
 	}
 	if out.Schema == "" {
 		out.Schema = outbox.SchemaDefault
@@ -93,7 +85,7 @@ func NewPruneWorker(pool *pgxpool.Pool, config *PruneWorkerConfig) (*PruneWorker
 }
 
 // Work prunes in batches until a batch comes back short.
-func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error {
+func (w *PruneWorker) Work(ctx context.Context, job *river.Job[workers.PruneArgs]) error {
 	total, err := w.Prune(ctx)
 	if total > 0 {
 		w.logger.InfoContext(ctx, "pruned terminal intents past retention", slog.Int64("count", total), slog.Duration("retention", w.retention))

@@ -1,4 +1,4 @@
-package workers
+package worker
 
 import (
 	"context"
@@ -16,18 +16,8 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/workers"
 )
-
-// IntentBatchArgs is the River job of a batch of first attempts: intents of
-// one deduplicated effect, dispatched together so that River's writes of a
-// job are paid once per batch instead of once per intent. Like IntentArgs it
-// carries only ids. See docs/design.md, "First attempts in batches".
-type IntentBatchArgs struct {
-	IntentIDs []int64 `json:"intent_ids"`
-}
-
-// Kind implements river.JobArgs.
-func (IntentBatchArgs) Kind() string { return "outbox_intent_batch" }
 
 // handOverDelay is how long an intent handed over after a failed attempt
 // waits for its own job's first run: River's first backoff.
@@ -50,7 +40,7 @@ type inBatchKey struct{}
 // and resending its unfinished intents under their provider keys is safe
 // only where the provider deduplicates.
 type IntentBatchWorker struct {
-	river.WorkerDefaults[IntentBatchArgs]
+	river.WorkerDefaults[workers.IntentBatchArgs]
 
 	intents *IntentWorker
 	logger  *slog.Logger
@@ -67,47 +57,6 @@ func NewIntentBatchWorker(pool *pgxpool.Pool, iw *IntentWorker, concurrency int)
 	return &IntentBatchWorker{intents: iw, logger: iw.logger, pool: pool, sem: make(chan struct{}, concurrency)}, nil
 }
 
-// BatchOutput is what a batch job records as its River job output, so that
-// River UI's page of the batch says what became of each of its intents.
-type BatchOutput struct {
-	// Ended is how many of its intents the batch left terminal.
-	Ended int `json:"ended"`
-	// HandedOver is how many went on to a job of their own.
-	HandedOver int `json:"handed_over"`
-	// Intents lists each of the batch's intents, in id order: its id and
-	// end state, never its key or arguments, which can carry personal
-	// data.
-	Intents []BatchIntentOutput `json:"intents"`
-	// Skipped is how many belonged to another job by the time it ran.
-	Skipped int `json:"skipped"`
-}
-
-// BatchIntentOutput is what a batch did with one of its intents.
-type BatchIntentOutput struct {
-	// Attempt is the intent's attempt number when the batch was done with
-	// it.
-	Attempt int `json:"attempt,omitempty"`
-	// ErrorCode is the code of the error recorded on the intent, if any.
-	ErrorCode string `json:"error_code,omitempty"`
-	// HandedOverTo is the River job of its own the intent went on to, when
-	// its first attempt did not end it.
-	HandedOverTo int64 `json:"handed_over_to,omitempty"`
-	// HandOverReason says why it was handed over: "not_begun" (the batch
-	// ran out of time, or was stopped, before its attempt began), "retry"
-	// (its attempt needs another; ErrorCode says why), "retry_after" (the
-	// provider asked to come back later) or "outcome_not_recorded" (the
-	// attempt may have reached the provider and its outcome could not be
-	// recorded, or the effect panicked: the intent is marked maybe_sent).
-	HandOverReason string `json:"hand_over_reason,omitempty"`
-	// IntentID is the intent.
-	IntentID int64 `json:"intent_id"`
-	// State is the state the batch left the intent in, read once the batch
-	// was done: terminal, or "pending" when handed over. It is "skipped"
-	// for an intent that belonged to another job by then (the reconciler
-	// re-dispatched it, or an earlier run of the batch handed it over).
-	State string `json:"state"`
-}
-
 // The reasons of BatchIntentOutput.HandOverReason.
 const (
 	handOverNotBegun           = "not_begun"
@@ -121,7 +70,7 @@ const (
 // job of its own. Work begins no attempt with less than an effect timeout
 // left, so that the attempts it began end on their own deadlines, and River
 // rescues the batch only well after it returned.
-func (w *IntentBatchWorker) Timeout(*river.Job[IntentBatchArgs]) time.Duration {
+func (w *IntentBatchWorker) Timeout(*river.Job[workers.IntentBatchArgs]) time.Duration {
 	return Lease(w.intents.effectTimeout)
 }
 
@@ -139,7 +88,7 @@ type handOff struct {
 }
 
 // Work runs the batch's first attempts.
-func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatchArgs]) error {
+func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[workers.IntentBatchArgs]) error {
 	members, err := w.intents.store.queries.BatchOwned(ctx, w.pool, job.Args.IntentIDs, job.ID)
 	if err != nil {
 		return fmt.Errorf("error reading batch %d: %w", job.ID, err)
@@ -156,7 +105,7 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 	ref := jobRef{queue: job.Queue, attempt: job.Attempt, batchJobID: job.ID}
 	var (
 		mu       sync.Mutex
-		out      = BatchOutput{Skipped: len(job.Args.IntentIDs) - len(members)}
+		out      = workers.BatchOutput{Skipped: len(job.Args.IntentIDs) - len(members)}
 		handOffs []handOff
 		wg       sync.WaitGroup
 	)
@@ -243,9 +192,9 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[IntentBatch
 // intent's end state without a write per attempt. A failed read leaves the
 // states out (the counts stay): the output is for people, and the intents
 // themselves are safe.
-func (w *IntentBatchWorker) outputLines(ctx context.Context, job *river.Job[IntentBatchArgs], members []*intentdb.AttemptRow,
+func (w *IntentBatchWorker) outputLines(ctx context.Context, job *river.Job[workers.IntentBatchArgs], members []*intentdb.AttemptRow,
 	handOffs []handOff, handed map[int64]int64,
-) []BatchIntentOutput {
+) []workers.BatchIntentOutput {
 	ids := job.Args.IntentIDs
 	states, err := w.intents.store.queries.BatchStates(ctx, w.pool, ids)
 	if err != nil {
@@ -260,9 +209,9 @@ func (w *IntentBatchWorker) outputLines(ctx context.Context, job *river.Job[Inte
 	for _, h := range handOffs {
 		reasons[h.member.ID] = h.reason
 	}
-	lines := make([]BatchIntentOutput, 0, len(ids))
+	lines := make([]workers.BatchIntentOutput, 0, len(ids))
 	for _, id := range slices.Sorted(slices.Values(ids)) {
-		line := BatchIntentOutput{IntentID: id, State: batchIntentSkipped}
+		line := workers.BatchIntentOutput{IntentID: id, State: batchIntentSkipped}
 		if s, ok := states[id]; ok && owned[id] {
 			line.Attempt, line.ErrorCode, line.State = s.Attempt, s.ErrorCode, s.State
 		}
@@ -304,7 +253,7 @@ var errStaleBatch = errors.New("workers: the batch is no longer running under th
 // and points the intent at it, in one transaction: the intents are then
 // their new jobs' and no longer the batch's. It returns the new jobs' ids
 // by intent id.
-func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentBatchArgs], handOffs []handOff) (map[int64]int64, error) {
+func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[workers.IntentBatchArgs], handOffs []handOff) (map[int64]int64, error) {
 	if len(handOffs) == 0 {
 		return nil, nil
 	}
@@ -342,7 +291,7 @@ func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentB
 	for i, id := range owned {
 		h := byID[id]
 		maybeSent[i] = h.maybeSent
-		params[i] = river.InsertManyParams{Args: IntentArgs{IntentID: id}, InsertOpts: &river.InsertOpts{
+		params[i] = river.InsertManyParams{Args: workers.IntentArgs{IntentID: id}, InsertOpts: &river.InsertOpts{
 			MaxAttempts: w.intents.MaxAttempts(),
 			Metadata:    JobMetadata(h.member.Namespace, job.Queue),
 			Queue:       job.Queue,
@@ -356,7 +305,7 @@ func (w *IntentBatchWorker) handOver(ctx context.Context, job *river.Job[IntentB
 	jobIDs := make([]int64, len(results))
 	for i, r := range results {
 		// Matched by args, as the drain does, not by the results' order.
-		var args IntentArgs
+		var args workers.IntentArgs
 		if err := json.Unmarshal(r.Job.EncodedArgs, &args); err != nil || args.IntentID != owned[i] {
 			return nil, fmt.Errorf("river returned the job of intent %d at the position of %d", args.IntentID, owned[i])
 		}

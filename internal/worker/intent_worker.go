@@ -1,4 +1,4 @@
-package workers
+package worker
 
 import (
 	"context"
@@ -16,23 +16,7 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
-)
-
-// IntentArgs is the River job of one intent. It carries only the intent's id,
-// so River UI never shows an agent's arguments or personal data.
-type IntentArgs struct {
-	IntentID int64 `json:"intent_id"`
-}
-
-// Kind implements river.JobArgs.
-func (IntentArgs) Kind() string { return "outbox_intent" }
-
-// Defaults of IntentWorkerConfig.
-const (
-	// EffectTimeoutDefault is effects.TimeoutDefault, which declared
-	// effects bound their requests' timeouts by too.
-	EffectTimeoutDefault = effects.TimeoutDefault
-	MaxAttemptsDefault   = 25
+	"github.com/outbox-dev/outbox/workers"
 )
 
 // RetryAfterMax caps how long an attempt honours a provider's Retry-After:
@@ -55,7 +39,7 @@ func Lease(effectTimeout time.Duration) time.Duration { return 2 * effectTimeout
 // IntentWorkerConfig configures an IntentWorker.
 type IntentWorkerConfig struct {
 	// EffectTimeout is one attempt's deadline for the provider call. The
-	// claim's lease is Lease(EffectTimeout). Defaults to EffectTimeoutDefault.
+	// claim's lease is Lease(EffectTimeout). Defaults to workers.EffectTimeoutDefault.
 	EffectTimeout time.Duration
 
 	// Effects are the enabled effects. Required.
@@ -68,11 +52,11 @@ type IntentWorkerConfig struct {
 
 	// MaxAttempts is the number of attempts after which an intent that was
 	// never confirmed ends failed (nothing can have been sent) or unknown
-	// (something may have). Defaults to MaxAttemptsDefault.
+	// (something may have). Defaults to workers.MaxAttemptsDefault.
 	MaxAttempts int
 
 	// Metrics receives the worker's metrics. Defaults to unregistered ones.
-	Metrics *Metrics
+	Metrics *workers.Metrics
 
 	// Schema holds the outbox tables. Defaults to "outbox".
 	Schema string
@@ -87,13 +71,13 @@ type IntentWorkerConfig struct {
 // IntentWorker is the River worker executing intents. Start it before the
 // River client starts working and stop it after the client stopped.
 type IntentWorker struct {
-	river.WorkerDefaults[IntentArgs]
+	river.WorkerDefaults[workers.IntentArgs]
 
 	effectTimeout time.Duration
 	effects       *effects.Registry
 	logger        *slog.Logger
 	maxAttempts   int
-	metrics       *Metrics
+	metrics       *workers.Metrics
 	tracer        trace.Tracer
 
 	claims   *batcher[claimReq, claimOutcome]
@@ -109,16 +93,16 @@ func (c *IntentWorkerConfig) withDefaults() *IntentWorkerConfig {
 	}
 	out := *c
 	if out.EffectTimeout == 0 {
-		out.EffectTimeout = EffectTimeoutDefault
+		out.EffectTimeout = workers.EffectTimeoutDefault
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	if out.MaxAttempts == 0 {
-		out.MaxAttempts = MaxAttemptsDefault
+		out.MaxAttempts = workers.MaxAttemptsDefault
 	}
 	if out.Metrics == nil {
-		out.Metrics = NewMetrics(nil)
+		out.Metrics = workers.NewMetrics(nil)
 	}
 	if out.Schema == "" {
 		out.Schema = outbox.SchemaDefault
@@ -154,7 +138,7 @@ func NewIntentWorker(pool *pgxpool.Pool, config *IntentWorkerConfig) (*IntentWor
 		logger:        c.Logger,
 		maxAttempts:   c.MaxAttempts,
 		metrics:       c.Metrics,
-		tracer:        c.TracerProvider.Tracer(TracerName),
+		tracer:        c.TracerProvider.Tracer(workers.TracerName),
 	}
 	st := &store{pool: pool, queries: intentdb.New(c.Schema)}
 	// A batch's statement gets the effect timeout as its deadline: long
@@ -190,7 +174,7 @@ func (w *IntentWorker) MaxAttempts() int { return w.maxAttempts + MaxAttemptsMar
 
 // Work runs one attempt of an intent; see the package documentation for the
 // order of its steps, and Decide for what follows each of them.
-func (w *IntentWorker) Work(ctx context.Context, job *river.Job[IntentArgs]) error {
+func (w *IntentWorker) Work(ctx context.Context, job *river.Job[workers.IntentArgs]) error {
 	return w.work(ctx, jobRef{intentID: job.Args.IntentID, queue: job.Queue, attempt: job.Attempt})
 }
 
@@ -224,7 +208,7 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 
 	effect, ok := w.effects.Get(c.Effect)
 	if !ok {
-		return w.finish(ctx, c, Decision{State: outbox.StateFailed, Code: "unknown_effect", Outcome: "unknown_effect"},
+		return w.finish(ctx, c, workers.Decision{State: outbox.StateFailed, Code: "unknown_effect", Outcome: "unknown_effect"},
 			fmt.Sprintf("effect %q is not enabled in this dispatcher", c.Effect), nil, nil)
 	}
 	guarantee := effects.GuaranteeOf(effect, c.Args)
@@ -235,8 +219,8 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		guarantee = effects.GuaranteeAtMostOnce
 	}
 	spanGuarantee(span, guarantee)
-	sit := Situation{
-		Step:      StepStart,
+	sit := workers.Situation{
+		Step:      workers.StepStart,
 		Guarantee: guarantee,
 		// An at-most-once intent whose earlier attempt may have reached the
 		// provider is never sent again, even when it comes back pending
@@ -257,8 +241,8 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 			c.DeclarationSHA256 != declarationOf(w.effects, c.Effect),
 	}
 
-	d := Decide(sit)
-	if d.Action == ActionLookup {
+	d := workers.Decide(sit)
+	if d.Action == workers.ActionLookup {
 		lookupCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
 		var (
 			result json.RawMessage
@@ -271,8 +255,8 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 			result, found, err = reconciler.Lookup(lookupCtx, c.ProviderKey)
 		}
 		cancel()
-		sit.Step, sit.Found, sit.LookupFailed = StepLookedUp, found, err != nil
-		if d = Decide(sit); d.Action == ActionFinish {
+		sit.Step, sit.Found, sit.LookupFailed = workers.StepLookedUp, found, err != nil
+		if d = workers.Decide(sit); d.Action == workers.ActionFinish {
 			if err != nil {
 				// Nothing was sent by this attempt: the lease is released so
 				// the retry looks up again at once.
@@ -281,7 +265,7 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 			return w.finish(ctx, c, d, "", result, nil)
 		}
 	}
-	if d.Action == ActionFinish {
+	if d.Action == workers.ActionFinish {
 		return w.finish(ctx, c, d, w.startMessage(d, effect), nil, nil)
 	}
 
@@ -292,16 +276,16 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 	cancel()
 	w.metrics.EffectDuration.WithLabelValues(c.Effect).Observe(time.Since(start).Seconds())
 
-	sit.Step = StepCalled
+	sit.Step = workers.StepCalled
 	if err == nil {
 		if len(result) == 0 || !json.Valid(result) {
 			result = json.RawMessage(`{}`)
 		}
-		return w.finish(ctx, c, Decide(sit), "", result, nil)
+		return w.finish(ctx, c, workers.Decide(sit), "", result, nil)
 	}
 	class, code := effects.Classify(err)
 	sit.Class = class
-	d = Decide(sit)
+	d = workers.Decide(sit)
 	if d.Code == "" {
 		d.Code = code
 	}
@@ -331,13 +315,13 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 func pastWindow(age, window time.Duration) bool { return age > window-window/24 }
 
 // startMessage explains a decision taken before anything was sent.
-func (w *IntentWorker) startMessage(d Decision, effect effects.Effect) string {
+func (w *IntentWorker) startMessage(d workers.Decision, effect effects.Effect) string {
 	switch d.Code {
-	case codeOutcomeLost:
+	case workers.CodeOutcomeLost:
 		return "an attempt may have reached the provider and its outcome was lost"
-	case codeDedupeWindowPassed:
+	case workers.CodeDedupeWindowPassed:
 		return "an earlier attempt may have acted and the intent is older than the provider's dedupe window (" + effects.DedupeWindow(effect).String() + ")"
-	case codeDeclarationChanged:
+	case workers.CodeDeclarationChanged:
 		return "an earlier attempt may have reached the provider under another declaration of the effect (OUTBOX_EFFECTS_FILE changed): sending the new request under the same provider key could act twice"
 	}
 	return "attempts exhausted"
@@ -366,7 +350,7 @@ func (w *IntentWorker) begin(ctx context.Context, job jobRef) (*claimed, error) 
 		case r == nil:
 			return nil, nil
 		case outbox.State(r.State).Terminal():
-			recordOutput(ctx, &AttemptOutput{IntentID: id, State: r.State})
+			recordOutput(ctx, &workers.AttemptOutput{IntentID: id, State: r.State})
 			return nil, nil
 		case outbox.State(r.State) == outbox.StatePending && effects.GuaranteeOf(e, r.Args) == effects.GuaranteeDeduplicated:
 			c := &claimed{AttemptRow: *r, prevState: outbox.StatePending, expectState: outbox.StatePending, expectAttempt: r.Attempt}
@@ -402,29 +386,10 @@ func (w *IntentWorker) begin(ctx context.Context, job jobRef) (*claimed, error) 
 	return out.claimed, nil
 }
 
-// AttemptOutput is what an attempt records as its River job's output
-// (river.RecordOutput), so that River UI's job page says what happened
-// without leaving it: never the key or the arguments, which can carry
-// personal data.
-type AttemptOutput struct {
-	// Attempt is the intent's attempt number.
-	Attempt int `json:"attempt,omitempty"`
-	// ErrorCode is the recorded error's code, if any.
-	ErrorCode string `json:"error_code,omitempty"`
-	// IntentID is the intent.
-	IntentID int64 `json:"intent_id"`
-	// ProviderObjectID is the id of what the provider made (a
-	// PaymentIntent, a ticket, a Message-ID), when it says.
-	ProviderObjectID string `json:"provider_object_id,omitempty"`
-	// State is the state this attempt left the intent in, "stale" when
-	// another attempt had taken it over, or the state it found it in.
-	State string `json:"state"`
-}
-
 // recordOutput records out as the job's output. Outside River (a test
 // calling Work) there is nowhere to record it, which is no error. An attempt
 // run by a batch job records nothing: the batch records its own summary.
-func recordOutput(ctx context.Context, out *AttemptOutput) {
+func recordOutput(ctx context.Context, out *workers.AttemptOutput) {
 	if ctx.Value(inBatchKey{}) != nil {
 		return
 	}
@@ -502,7 +467,7 @@ func (w *IntentWorker) notClaimed(ctx context.Context, id int64, out *claimOutco
 		// job rescued after its intent was finished. Harmless by design.
 		w.logger.DebugContext(ctx, "intent already final, job does nothing",
 			slog.Int64("intent_id", id), slog.String("state", string(out.state)))
-		recordOutput(ctx, &AttemptOutput{IntentID: id, State: string(out.state)})
+		recordOutput(ctx, &workers.AttemptOutput{IntentID: id, State: string(out.state)})
 		return nil
 	}
 }
@@ -510,7 +475,7 @@ func (w *IntentWorker) notClaimed(ctx context.Context, id int64, out *claimOutco
 // finish records a decision, fenced on the attempt number, and returns
 // retryErr (which makes River retry) once the outcome is durable. message
 // explains the error recorded with d.Code; result is the provider's answer.
-func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, message string, result json.RawMessage, retryErr error) error {
+func (w *IntentWorker) finish(ctx context.Context, c *claimed, d workers.Decision, message string, result json.RawMessage, retryErr error) error {
 	f := intentdb.Finish{
 		ID:            c.ID,
 		Attempt:       c.Attempt,
@@ -564,10 +529,10 @@ func (w *IntentWorker) finish(ctx context.Context, c *claimed, d Decision, messa
 		// counter, which the deduplicated path counts lost attempts with.
 		// The retry finds the intent terminal and completes the job, or
 		// takes its turn.
-		recordOutput(ctx, &AttemptOutput{Attempt: c.Attempt, IntentID: c.ID, State: "stale"})
+		recordOutput(ctx, &workers.AttemptOutput{Attempt: c.Attempt, IntentID: c.ID, State: "stale"})
 		return &StaleAttemptError{IntentID: c.ID, Attempt: c.Attempt}
 	}
-	recordOutput(ctx, &AttemptOutput{
+	recordOutput(ctx, &workers.AttemptOutput{
 		Attempt: c.Attempt, ErrorCode: d.Code, IntentID: c.ID,
 		ProviderObjectID: effects.ProviderObjectID(result), State: string(d.State),
 	})
