@@ -162,7 +162,7 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 		}
 		if err := effect.ValidateArgs(u.Args); err != nil {
 			badIDs = append(badIDs, u.ID)
-			badErrs = append(badErrs, intentdb.ErrorJSON("invalid_args", err.Error()))
+			badErrs = append(badErrs, intentdb.ErrorJSON(effects.CodeInvalidArgs, err.Error()))
 			continue
 		}
 		if d.batchFirstAttempts && effects.GuaranteeOf(effect, u.Args) == effects.GuaranteeDeduplicated && !effects.AlwaysClaims(effect) {

@@ -200,26 +200,26 @@ func New(client *outbox.Client, config *Config) (*Handler, error) {
 		}, nil)(mcpHandler)
 	}
 	mux.Handle("/mcp", h.withAuth(mcpRoute))
-	mux.Handle("GET /v1/effects", h.api(access.RoleReader, h.listEffects))
+	mux.Handle("GET /v1/effects", h.api(access.ActionRead, h.listEffects))
 	mux.HandleFunc("GET /v1/openapi.json", h.openAPI)
-	mux.Handle("POST /v1/intents", h.api(access.RoleAgent, h.limited(h.enqueue)))
-	mux.Handle("GET /v1/intents", h.api(access.RoleReader, h.list))
-	mux.Handle("GET /v1/intents/{key}", h.api(access.RoleReader, h.get))
-	mux.Handle("POST /v1/intents/{key}/cancel", h.api(access.RoleAgent, h.cancel))
-	mux.Handle("POST /v1/intents/{key}/resolve", h.api(access.RoleOperator, h.resolve))
-	mux.Handle("POST /v1/intents/{key}/approve", h.api(access.RoleOperator, h.approve))
-	mux.Handle("POST /v1/intents/{key}/deny", h.api(access.RoleOperator, h.deny))
+	mux.Handle("POST /v1/intents", h.api(access.ActionEnqueue, h.limited(h.enqueue)))
+	mux.Handle("GET /v1/intents", h.api(access.ActionRead, h.list))
+	mux.Handle("GET /v1/intents/{key}", h.api(access.ActionRead, h.get))
+	mux.Handle("POST /v1/intents/{key}/cancel", h.api(access.ActionCancel, h.cancel))
+	mux.Handle("POST /v1/intents/{key}/resolve", h.api(access.ActionResolve, h.resolve))
+	mux.Handle("POST /v1/intents/{key}/approve", h.api(access.ActionApprove, h.approve))
+	mux.Handle("POST /v1/intents/{key}/deny", h.api(access.ActionDeny, h.deny))
 	// The same paths with any other method, and any other path under /v1/,
 	// answer in JSON too, after authentication: a caller without a token
 	// learns nothing of which paths exist.
-	mux.Handle("/v1/effects", h.api(access.RoleReader, methodNotAllowed("GET")))
-	mux.Handle("/v1/intents", h.api(access.RoleReader, methodNotAllowed("GET, POST")))
-	mux.Handle("/v1/intents/{key}", h.api(access.RoleReader, methodNotAllowed("GET, HEAD")))
-	mux.Handle("/v1/intents/{key}/cancel", h.api(access.RoleReader, methodNotAllowed("POST")))
-	mux.Handle("/v1/intents/{key}/resolve", h.api(access.RoleReader, methodNotAllowed("POST")))
-	mux.Handle("/v1/intents/{key}/approve", h.api(access.RoleReader, methodNotAllowed("POST")))
-	mux.Handle("/v1/intents/{key}/deny", h.api(access.RoleReader, methodNotAllowed("POST")))
-	mux.Handle("/v1/", h.api(access.RoleReader, func(http.ResponseWriter, *http.Request, string) error {
+	mux.Handle("/v1/effects", h.api(access.ActionRead, methodNotAllowed("GET")))
+	mux.Handle("/v1/intents", h.api(access.ActionRead, methodNotAllowed("GET, POST")))
+	mux.Handle("/v1/intents/{key}", h.api(access.ActionRead, methodNotAllowed("GET, HEAD")))
+	mux.Handle("/v1/intents/{key}/cancel", h.api(access.ActionRead, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/resolve", h.api(access.ActionRead, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/approve", h.api(access.ActionRead, methodNotAllowed("POST")))
+	mux.Handle("/v1/intents/{key}/deny", h.api(access.ActionRead, methodNotAllowed("POST")))
+	mux.Handle("/v1/", h.api(access.ActionRead, func(http.ResponseWriter, *http.Request, string) error {
 		return &apiError{status: http.StatusNotFound, code: outbox.CodeNotFound, message: "no such endpoint"}
 	}))
 
@@ -246,13 +246,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // returns the error to answer instead.
 type apiFunc func(w http.ResponseWriter, r *http.Request, namespace string) error
 
-// api authenticates a request, checks that its token's role is at least
-// need, and runs fn for its namespace.
-func (h *Handler) api(need access.Role, fn apiFunc) http.Handler {
+// api authenticates a request, checks through package access that its
+// token's role may take action, and runs fn for its namespace.
+func (h *Handler) api(action access.Action, fn apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.authenticate(r)
-		if err == nil && !p.role.Allows(need) {
-			err = forbiddenRole(need, p.role)
+		if err == nil && !access.Allow(p.role, action) {
+			err = forbiddenRole(action.Role(), p.role)
 		}
 		if err == nil {
 			err = fn(w, r.WithContext(withPrincipal(r.Context(), p)), p.namespace)
