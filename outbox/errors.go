@@ -8,7 +8,12 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 )
 
-// Error codes, as the HTTP API, MCP and the command line report them.
+// Error codes, as the HTTP API, MCP and the command line report them. The
+// library's own errors carry the codes of what it refuses; CodeForbidden,
+// CodeIdempotencyKeyMissing, CodeInternal, CodeRateLimited and
+// CodeUnavailable are answered only by outboxd's surfaces, and are listed
+// here so that one table names every code a caller of any of them can
+// meet (docs/agents.md lists them with their HTTP statuses).
 const (
 	CodeApprovalMismatch      = "approval_mismatch"
 	CodeForbidden             = "forbidden"
@@ -71,8 +76,6 @@ var (
 	// ErrKeyReused is a key already used for another action (other effect or
 	// other args). Errors carrying it are *KeyReusedError.
 	ErrKeyReused = &Error{Code: CodeIdempotencyKeyReused}
-	// ErrKeyRequired is a mutating API call without an idempotency key.
-	ErrKeyRequired = &Error{Code: CodeIdempotencyKeyMissing}
 	// ErrInvalidArgs is arguments that fail the effect's validation.
 	ErrInvalidArgs = &Error{Code: CodeInvalidArgs}
 	// ErrInvalidKey is a key (or namespace) that is not 1 to 255 printable
