@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/worker"
+	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
 
@@ -159,6 +160,13 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 		effect, ok := d.effects.Get(u.Effect)
 		if !ok {
 			continue // selected by name: cannot happen
+		}
+		if !effects.AllowedIn(effect, u.Namespace) {
+			// Written by the SQL function, which knows no effects: the
+			// write side refuses it (see effects.AllowedIn).
+			badIDs = append(badIDs, u.ID)
+			badErrs = append(badErrs, intentdb.ErrorJSON(outbox.CodeUnknownEffect, fmt.Sprintf("effect %q is not enabled for namespace %q", u.Effect, u.Namespace)))
+			continue
 		}
 		if err := effect.ValidateArgs(u.Args); err != nil {
 			badIDs = append(badIDs, u.ID)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"time"
 )
@@ -129,6 +130,29 @@ type AlwaysClaimer interface {
 func AlwaysClaims(e Effect) bool {
 	c, ok := e.(AlwaysClaimer)
 	return ok && c.AlwaysClaim()
+}
+
+// NamespaceScoper is implemented by effects that only some namespaces may
+// use: the tools of an MCP upstream whose declaration names `namespaces:`.
+// An effect that does not implement it may be used by every namespace.
+type NamespaceScoper interface {
+	// Namespaces are the namespaces that may enqueue the effect; empty
+	// means all.
+	Namespaces() []string
+}
+
+// AllowedIn reports whether namespace may enqueue e. The write side refuses
+// an effect a namespace may not use as it refuses one not enabled, and the
+// dispatcher fails such an intent written by other means (the SQL function)
+// before any attempt, so that a namespace neither reaches nor learns of
+// another's tools.
+func AllowedIn(e Effect, namespace string) bool {
+	s, ok := e.(NamespaceScoper)
+	if !ok {
+		return true
+	}
+	ns := s.Namespaces()
+	return len(ns) == 0 || slices.Contains(ns, namespace)
 }
 
 // ArgsGuaranteer is implemented by effects whose guarantee depends on the

@@ -214,7 +214,9 @@ func (c *Client) prepare(ctx context.Context, p *EnqueueParams) (*intentdb.Enque
 	}
 
 	effect, known := c.effects.Get(p.Effect)
-	if c.effects != nil && !known {
+	// An effect this namespace may not use is answered as one not enabled:
+	// a namespace does not learn of another's tools.
+	if c.effects != nil && (!known || !effects.AllowedIn(effect, out.Namespace)) {
 		return nil, &Error{Code: CodeUnknownEffect, Field: "effect", Message: fmt.Sprintf("effect %q is not enabled", p.Effect)}
 	}
 	if c.effects == nil && !effects.ValidName(p.Effect) {

@@ -26,6 +26,10 @@ type effectInfo struct {
 	Guarantee              effects.Guarantee `json:"guarantee"`
 	GuaranteeDependsOnArgs bool              `json:"guarantee_depends_on_args"`
 	Name                   string            `json:"name"`
+
+	// effect is the effect, to tell which namespaces see it
+	// (effects.AllowedIn).
+	effect effects.Effect
 }
 
 // effectsAnswer is GET /v1/effects' answer.
@@ -53,7 +57,7 @@ func newEffectsAnswer(registry *effects.Registry, tools []*mcpserver.EffectTool)
 	}
 	for _, name := range registry.Names() {
 		e, _ := registry.Get(name)
-		info := effectInfo{Name: name, Guarantee: e.Guarantee(), ArgsSchema: schemas[name]}
+		info := effectInfo{Name: name, Guarantee: e.Guarantee(), ArgsSchema: schemas[name], effect: e}
 		if info.ArgsSchema == nil {
 			info.ArgsSchema = json.RawMessage(`{"type":"object"}`)
 		}
@@ -74,10 +78,18 @@ func newEffectsAnswer(registry *effects.Registry, tools []*mcpserver.EffectTool)
 
 // listEffects is GET /v1/effects: what this server runs, and what each
 // effect takes.
-func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request, _ string) error {
+func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request, namespace string) error {
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.effects)
+	// Only the effects the caller's namespace may enqueue: a namespace
+	// does not learn of another's tools.
+	answer := &effectsAnswer{Effects: make([]effectInfo, 0, len(h.effects.Effects))}
+	for _, info := range h.effects.Effects {
+		if effects.AllowedIn(info.effect, namespace) {
+			answer.Effects = append(answer.Effects, info)
+		}
+	}
+	writeJSON(w, http.StatusOK, answer)
 	return nil
 }

@@ -207,7 +207,7 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 	c.expectJobID = job.batchJobID
 
 	effect, ok := w.effects.Get(c.Effect)
-	if !ok {
+	if !ok || !effects.AllowedIn(effect, c.Namespace) {
 		return w.finish(ctx, c, workers.Decision{State: outbox.StateFailed, Code: "unknown_effect", Outcome: "unknown_effect"},
 			fmt.Sprintf("effect %q is not enabled in this dispatcher", c.Effect), nil, nil)
 	}
