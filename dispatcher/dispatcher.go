@@ -326,17 +326,29 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		}
 	}
 	queues := map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}
+	// A queue is an effect's own, or shared by effects that say so
+	// (effects.Queuer: an MCP upstream's tools), never both.
+	type queueUse struct {
+		effect string
+		shared bool
+	}
+	uses := map[string]queueUse{QueueMaintenance: {effect: "the maintenance jobs"}}
 	for _, name := range c.Effects.Names() {
+		e, _ := c.Effects.Get(name)
+		queue := effects.QueueOf(e)
+		_, shared := e.(effects.Queuer)
+		if prev, taken := uses[queue]; taken && !(shared && prev.shared) {
+			return nil, fmt.Errorf("dispatcher: River queue %q would run both %s and %s: rename one", queue, prev.effect, name)
+		}
+		uses[queue] = queueUse{effect: name, shared: shared}
 		n := c.Workers
-		// An MCP upstream's tool takes as many calls at once as its
+		// An MCP upstream's tools take as many calls at once as its
 		// children or sessions do (processes x max_in_flight): more
 		// workers would only wait for a slot, and time out not_sent.
-		if e, ok := c.Effects.Get(name); ok {
-			if sized, ok := e.(interface{ Workers() int }); ok && sized.Workers() > 0 {
-				n = sized.Workers()
-			}
+		if sized, ok := e.(interface{ Workers() int }); ok && sized.Workers() > 0 {
+			n = sized.Workers()
 		}
-		queues[name] = river.QueueConfig{MaxWorkers: n}
+		queues[queue] = river.QueueConfig{MaxWorkers: n}
 	}
 	lease := worker.Lease(c.EffectTimeout)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{

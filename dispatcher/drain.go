@@ -180,7 +180,11 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 			batches[k] = append(batches[k], u.ID)
 			continue
 		}
-		params = append(params, d.jobParams(workers.IntentArgs{IntentID: u.ID}, u.Namespace, u.Effect))
+		args := workers.IntentArgs{IntentID: u.ID}
+		if effects.QueueOf(effect) != u.Effect {
+			args.Effect = u.Effect
+		}
+		params = append(params, d.jobParams(args, u.Namespace, u.Effect, effects.QueueOf(effect)))
 		owners = append(owners, []int64{u.ID})
 	}
 	for _, k := range slices.Sorted(maps.Keys(batches)) {
@@ -188,9 +192,12 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 		if ids := batches[k]; len(ids) == 1 {
 			// A batch of one costs what a job of its own does, and reads
 			// better in River UI.
-			params = append(params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect))
+			params = append(params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect, effect))
 		} else {
-			p := d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect)
+			// Batched effects have queues of their own: an effect whose
+			// queue is shared (an MCP upstream's tool) is always claimed,
+			// never batched.
+			p := d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect, effect)
 			p.InsertOpts.Metadata = worker.BatchJobMetadata(namespace, effect, len(ids))
 			params = append(params, p)
 		}
@@ -395,8 +402,8 @@ func (d *drainer) listen(ctx context.Context, wake chan<- struct{}) {
 }
 
 // jobParams is the insertion of an intent job (or a batch of them) of
-// namespace and effect.
-func (d *drainer) jobParams(args river.JobArgs, namespace, effect string) river.InsertManyParams {
+// namespace and effect, into queue.
+func (d *drainer) jobParams(args river.JobArgs, namespace, effect, queue string) river.InsertManyParams {
 	return river.InsertManyParams{
 		Args: args,
 		InsertOpts: &river.InsertOpts{
@@ -404,7 +411,7 @@ func (d *drainer) jobParams(args river.JobArgs, namespace, effect string) river.
 			// For River UI: whose intent, of which effect, without
 			// leaving it.
 			Metadata: worker.JobMetadata(namespace, effect),
-			Queue:    effect,
+			Queue:    queue,
 		},
 	}
 }

@@ -132,6 +132,24 @@ func AlwaysClaims(e Effect) bool {
 	return ok && c.AlwaysClaim()
 }
 
+// Queuer is implemented by effects that share a River queue with others
+// instead of having one of their own, named after the effect: the recorded
+// tools of one MCP upstream share `upstream_<name>`, whose workers are as
+// many as the upstream takes calls at once.
+type Queuer interface {
+	// Queue is the River queue of the effect's jobs.
+	Queue() string
+}
+
+// QueueOf is the River queue of e's jobs: its Queue if it is a Queuer, its
+// name otherwise.
+func QueueOf(e Effect) string {
+	if q, ok := e.(Queuer); ok {
+		return q.Queue()
+	}
+	return e.Name()
+}
+
 // NamespaceScoper is implemented by effects that only some namespaces may
 // use: the tools of an MCP upstream whose declaration names `namespaces:`.
 // An effect that does not implement it may be used by every namespace.

@@ -9,6 +9,10 @@ import "time"
 // IntentArgs is the River job of one intent. It carries only the intent's id,
 // so River UI never shows an agent's arguments or personal data.
 type IntentArgs struct {
+	// Effect is the intent's effect when the job's queue is not named
+	// after it (effects.Queuer: an MCP upstream's tools share one queue);
+	// empty otherwise, the queue then naming the effect.
+	Effect string `json:"effect,omitempty"`
 	// IntentID is the intent.
 	IntentID int64 `json:"intent_id"`
 }

@@ -94,6 +94,11 @@ func (t *UpstreamTool) UpstreamTool() string { return t.locked.Name }
 // Wait is how long a call of the tool waits for its intent's end.
 func (t *UpstreamTool) Wait() time.Duration { return t.conn.u.wait }
 
+// Queue implements effects.Queuer: an upstream's recorded tools share one
+// River queue, upstream_<name>, whose workers are the upstream's processes
+// x max_in_flight (Workers).
+func (t *UpstreamTool) Queue() string { return "upstream_" + t.conn.u.name }
+
 // Namespaces are the namespaces that see the tool; empty means all.
 func (t *UpstreamTool) Namespaces() []string { return t.conn.u.Namespaces() }
 

@@ -102,7 +102,9 @@ func (w *IntentBatchWorker) Work(ctx context.Context, job *river.Job[workers.Int
 		defer cancel()
 	}
 	attemptCtx := context.WithValue(ctx, inBatchKey{}, true)
-	ref := jobRef{queue: job.Queue, attempt: job.Attempt, batchJobID: job.ID}
+	// A batch's queue is its effect's own (effects.Queuer's are never
+	// batched).
+	ref := jobRef{effect: job.Queue, attempt: job.Attempt, batchJobID: job.ID}
 	var (
 		mu       sync.Mutex
 		out      = workers.BatchOutput{Skipped: len(job.Args.IntentIDs) - len(members)}

@@ -175,7 +175,11 @@ func (w *IntentWorker) MaxAttempts() int { return w.maxAttempts + MaxAttemptsMar
 // Work runs one attempt of an intent; see the package documentation for the
 // order of its steps, and Decide for what follows each of them.
 func (w *IntentWorker) Work(ctx context.Context, job *river.Job[workers.IntentArgs]) error {
-	return w.work(ctx, jobRef{intentID: job.Args.IntentID, queue: job.Queue, attempt: job.Attempt})
+	effect := job.Args.Effect
+	if effect == "" {
+		effect = job.Queue
+	}
+	return w.work(ctx, jobRef{intentID: job.Args.IntentID, effect: effect, attempt: job.Attempt})
 }
 
 // jobRef is what an attempt needs to know of the River job running it: a
@@ -183,8 +187,9 @@ func (w *IntentWorker) Work(ctx context.Context, job *river.Job[workers.IntentAr
 // (IntentBatchArgs).
 type jobRef struct {
 	intentID int64
-	// queue is the job's queue, which is the intent's effect.
-	queue string
+	// effect is the intent's effect: the job's queue, or its args' Effect
+	// where the queue is shared (effects.Queuer).
+	effect string
 	// attempt is the job's River attempt.
 	attempt int
 	// batchJobID is the batch job running the attempt, or 0 for a job of
@@ -332,9 +337,9 @@ func (w *IntentWorker) startMessage(d workers.Decision, effect effects.Effect) s
 // snooze River should see.
 func (w *IntentWorker) begin(ctx context.Context, job jobRef) (*claimed, error) {
 	id := job.intentID
-	// The job's queue is its intent's effect, so whether it may be
+	// The job names its intent's effect, so whether it may be
 	// deduplicated is known before the intent is read.
-	if e, ok := w.effects.Get(job.queue); ok && mayDedupe(e) {
+	if e, ok := w.effects.Get(job.effect); ok && mayDedupe(e) {
 		// A batch read its intents when it began (one statement for all).
 		// What changed since cannot be written over: the finish is fenced
 		// on the state, attempt number and job read, and a resend of a
@@ -370,7 +375,7 @@ func (w *IntentWorker) begin(ctx context.Context, job jobRef) (*claimed, error) 
 		// does not dedupe), or running (left by a version that claimed
 		// deduplicated intents): take the general path below.
 	}
-	out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout), decl: declarationOf(w.effects, job.queue)})
+	out, err := w.claims.do(ctx, claimReq{id: id, lease: Lease(w.effectTimeout), decl: declarationOf(w.effects, job.effect)})
 	if err != nil {
 		return nil, err // nothing claimed, nothing sent: River retries
 	}
