@@ -173,7 +173,10 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 			badErrs = append(badErrs, intentdb.ErrorJSON(effects.CodeInvalidArgs, err.Error()))
 			continue
 		}
-		if d.batchFirstAttempts && effects.GuaranteeOf(effect, u.Args) == effects.GuaranteeDeduplicated && !effects.AlwaysClaims(effect) {
+		// An effect in a shared queue is never batched: a batch job runs in
+		// its effect's own queue.
+		queue := effects.QueueOf(effect)
+		if d.batchFirstAttempts && effects.GuaranteeOf(effect, u.Args) == effects.GuaranteeDeduplicated && !effects.AlwaysClaims(effect) && queue == u.Effect {
 			// One batch per effect and namespace: the batch job's queue
 			// is the effect and its metadata the namespace.
 			k := u.Effect + "\x00" + u.Namespace
@@ -181,10 +184,10 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 			continue
 		}
 		args := workers.IntentArgs{IntentID: u.ID}
-		if effects.QueueOf(effect) != u.Effect {
+		if queue != u.Effect {
 			args.Effect = u.Effect
 		}
-		params = append(params, d.jobParams(args, u.Namespace, u.Effect, effects.QueueOf(effect)))
+		params = append(params, d.jobParams(args, u.Namespace, u.Effect, queue))
 		owners = append(owners, []int64{u.ID})
 	}
 	for _, k := range slices.Sorted(maps.Keys(batches)) {
@@ -194,9 +197,7 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 			// better in River UI.
 			params = append(params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect, effect))
 		} else {
-			// Batched effects have queues of their own: an effect whose
-			// queue is shared (an MCP upstream's tool) is always claimed,
-			// never batched.
+			// Batched effects have queues of their own (above).
 			p := d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect, effect)
 			p.InsertOpts.Metadata = worker.BatchJobMetadata(namespace, effect, len(ids))
 			params = append(params, p)

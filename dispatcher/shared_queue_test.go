@@ -23,10 +23,20 @@ type queuedEffect struct {
 func (e *queuedEffect) Queue() string     { return e.queue }
 func (e *queuedEffect) AlwaysClaim() bool { return true }
 
+// sharingEffect shares a queue but is not always claimed: a deduplicated
+// one would be batched, were it not in a shared queue.
+type sharingEffect struct {
+	effects.Effect
+	queue string
+}
+
+func (e *sharingEffect) Queue() string { return e.queue }
+
 // TestSharedQueue checks that effects sharing a River queue
 // (effects.Queuer) have their jobs in that queue, each run by its own
 // effect once, and that a queue both shared and an effect's own is
-// refused.
+// refused. A deduplicated effect in a shared queue is not batched (a batch
+// job would run in a queue of the effect's name, which no worker reads).
 func TestSharedQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -37,20 +47,25 @@ func TestSharedQueue(t *testing.T) {
 		require.NoError(t, err)
 		list = append(list, &queuedEffect{Effect: e, queue: "upstream_x"})
 	}
-	var err error
-	b.reg, err = effects.NewRegistry(list...)
+	dedup, err := noop.New(&noop.Config{Name: "tool_c", Guarantee: effects.GuaranteeDeduplicated, Pool: b.pool, Schema: b.schema})
+	require.NoError(t, err)
+	b.reg, err = effects.NewRegistry(append(list, &sharingEffect{Effect: dedup, queue: "upstream_x"})...)
 	require.NoError(t, err)
 	b.client, err = outbox.NewClient(b.pool, &outbox.Config{Effects: b.reg, Schema: b.schema})
 	require.NoError(t, err)
-	for _, name := range []string{"tool_a", "tool_b"} {
-		_, err := b.client.Enqueue(ctx, &outbox.EnqueueParams{Key: name, Effect: name, Args: map[string]any{}})
-		require.NoError(t, err)
+	names := []string{"tool_a", "tool_b", "tool_c", "tool_c2", "tool_c3"}
+	var params []*outbox.EnqueueParams
+	for _, name := range names {
+		params = append(params, &outbox.EnqueueParams{Key: name, Effect: name[:6], Args: map[string]any{}})
 	}
+	// One transaction, so that tool_c's three would make one batch.
+	_, err = b.client.EnqueueMany(ctx, params)
+	require.NoError(t, err)
 
 	d := b.dispatcher(t, nil)
 	require.NoError(t, d.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, d.Stop(ctx)) })
-	for _, name := range []string{"tool_a", "tool_b"} {
+	for _, name := range names {
 		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		got, err := b.client.Wait(waitCtx, "", name)
 		cancel()
@@ -61,11 +76,11 @@ func TestSharedQueue(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT queue, args->>'effect' FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE id = $1",
 			*got.JobID).Scan(&queue, &effect))
 		require.Equal(t, "upstream_x", queue, name)
-		require.Equal(t, name, effect, "the job names its effect, which its queue does not")
+		require.Equal(t, name[:6], effect, "the job names its effect, which its queue does not")
 	}
 	n, err := noop.Count(ctx, b.pool, b.schema, "")
 	require.NoError(t, err)
-	require.Equal(t, 2, n)
+	require.Equal(t, len(names), n)
 
 	t.Run("RefusedWhenAlsoAnEffectsOwn", func(t *testing.T) {
 		t.Parallel()

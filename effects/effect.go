@@ -135,7 +135,8 @@ func AlwaysClaims(e Effect) bool {
 // Queuer is implemented by effects that share a River queue with others
 // instead of having one of their own, named after the effect: the recorded
 // tools of one MCP upstream share `upstream_<name>`, whose workers are as
-// many as the upstream takes calls at once.
+// many as the upstream takes calls at once. Such an effect's first attempts
+// are never batched, since a batch job runs in its effect's own queue.
 type Queuer interface {
 	// Queue is the River queue of the effect's jobs.
 	Queue() string
