@@ -198,6 +198,11 @@ func runFailover(t *testing.T, synchronous bool) *failoverResult {
 		defer mu.Unlock()
 		return len(acked) >= 20
 	}, 30*time.Second, 10*time.Millisecond, "no enqueue was acknowledged")
+	// Then two seconds of that load (a phase's length, not an ordering):
+	// the fault must find intents under way in the drain and the workers,
+	// which a run stopped at its first acknowledgements can miss (a CI run
+	// here found none with sync replication).
+	time.Sleep(2 * time.Second)
 	// Replication lag: the standby's WAL receiver held back for half a
 	// second, while the primary takes commits (async) or holds them until
 	// the standby confirms (sync).
