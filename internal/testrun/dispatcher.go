@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/dispatcher"
+	"github.com/outbox-dev/outbox/outboxtest"
 )
 
 const (
@@ -16,32 +17,19 @@ const (
 	// seconds, long enough for a loaded CI machine.
 	effectTimeoutDefault = 5 * time.Second
 
-	// stopTimeout bounds a dispatcher's or serve's stop at the test's end.
+	// stopTimeout bounds serve's stop at the test's end.
 	stopTimeout = 30 * time.Second
 )
 
 // Dispatcher starts a dispatcher on pool with config (EffectTimeout defaults
-// to five seconds) and stops it when the test ends. config must name the
-// effects and schema, as for dispatcher.New.
+// to five seconds) and stops it when the test ends, through the public
+// outboxtest.StartDispatcher. config must name the effects and schema, as
+// for dispatcher.New.
 func Dispatcher(tb testing.TB, pool *pgxpool.Pool, config *dispatcher.Config) *dispatcher.Dispatcher {
 	tb.Helper()
 	configCopy := *config
 	if configCopy.EffectTimeout == 0 {
 		configCopy.EffectTimeout = effectTimeoutDefault
 	}
-	d, err := dispatcher.New(pool, &configCopy)
-	if err != nil {
-		tb.Fatalf("testrun: %v", err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		tb.Fatalf("testrun: error starting dispatcher: %v", err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		defer cancel()
-		if err := d.Stop(ctx); err != nil {
-			tb.Errorf("testrun: error stopping dispatcher: %v", err)
-		}
-	})
-	return d
+	return outboxtest.StartDispatcher(context.Background(), tb, pool, &configCopy)
 }
