@@ -34,6 +34,20 @@ const (
 // approval (EnqueueParams.RequireApproval) rather than a rule.
 const ApprovalRequested = "requested"
 
+// ApprovalHostSuffix ends an approval rule, as written and as recorded on
+// the intents it holds, that lets the person at the MCP host decide as well
+// as an operator ("charge:amount>=10000[host]"; docs/agents.md, "Tasks and
+// approvals in the host"). A rule without it is decided only by operators.
+const ApprovalHostSuffix = "[host]"
+
+// ApprovalRequestedHost is an intent's ApprovalRule when its caller, an MCP
+// tool call, asked for an approval that the person at the host may give.
+const ApprovalRequestedHost = ApprovalRequested + ApprovalHostSuffix
+
+// HostMayApprove reports whether the approval rule recorded on an intent
+// (Intent.ApprovalRule) lets the person at the MCP host decide.
+func HostMayApprove(rule string) bool { return strings.HasSuffix(rule, ApprovalHostSuffix) }
+
 // ApprovalParams is an operator's approval or denial of an intent awaiting
 // approval.
 type ApprovalParams struct {
@@ -191,14 +205,21 @@ type ApprovalRule struct {
 	// Value is compared with the argument: as a number when it is a JSON
 	// number, else as a string.
 	Value string
+	// Host lets the person at the MCP host decide as well as an operator
+	// (written with ApprovalHostSuffix). Operators only when false.
+	Host bool
 }
 
 // String returns the rule as ParseApprovalRules reads it.
 func (r ApprovalRule) String() string {
-	if r.Arg == "" {
-		return r.Effect
+	suffix := ""
+	if r.Host {
+		suffix = ApprovalHostSuffix
 	}
-	return r.Effect + ":" + r.Arg + r.Op + r.Value
+	if r.Arg == "" {
+		return r.Effect + suffix
+	}
+	return r.Effect + ":" + r.Arg + r.Op + r.Value + suffix
 }
 
 var (
@@ -215,8 +236,10 @@ var ruleOps = []string{">=", "<=", "!=", "=", ">", "<"}
 // one comparison of a top-level argument with a value
 // ("charge:amount>=10000", "webhook:endpoint=payouts"). The operators are
 // =, !=, >, >=, < and <=; a value that is a JSON number is compared as a
-// number, any other as a string, for which only = and != are allowed. The
-// value "none" alone means no rule. Errors name the rule.
+// number, any other as a string, for which only = and != are allowed. A
+// rule ending in ApprovalHostSuffix ("charge:amount>=10000[host]") lets the
+// person at the MCP host decide as well as an operator. The value "none"
+// alone means no rule. Errors name the rule.
 func ParseApprovalRules(s string) ([]ApprovalRule, error) {
 	if strings.TrimSpace(s) == "none" {
 		return []ApprovalRule{}, nil
@@ -237,12 +260,13 @@ func ParseApprovalRules(s string) ([]ApprovalRule, error) {
 }
 
 func parseApprovalRule(text string) (ApprovalRule, error) {
+	text, host := strings.CutSuffix(text, ApprovalHostSuffix)
 	effect, cond, hasCond := strings.Cut(text, ":")
 	if !effects.ValidName(effect) {
 		return ApprovalRule{}, errors.New("must start with an effect name (lowercase letters, digits, _)")
 	}
 	if !hasCond {
-		return ApprovalRule{Effect: effect}, nil
+		return ApprovalRule{Effect: effect, Host: host}, nil
 	}
 	for _, op := range ruleOps {
 		arg, value, ok := strings.Cut(cond, op)
@@ -258,10 +282,13 @@ func parseApprovalRule(text string) (ApprovalRule, error) {
 		if strings.ContainsAny(value, "<>=!") {
 			return ApprovalRule{}, errors.New("has more than one operator")
 		}
+		if strings.ContainsAny(value, "[]") {
+			return ApprovalRule{}, errors.New("may end only in " + ApprovalHostSuffix + ", after the value")
+		}
 		if op != "=" && op != "!=" && !jsonNumberRE.MatchString(value) {
 			return ApprovalRule{}, fmt.Errorf("compares with %s, which needs a number", op)
 		}
-		return ApprovalRule{Effect: effect, Arg: arg, Op: op, Value: value}, nil
+		return ApprovalRule{Effect: effect, Arg: arg, Op: op, Value: value, Host: host}, nil
 	}
 	return ApprovalRule{}, errors.New("needs one of =, !=, >, >=, <, <= after the colon, such as amount>=10000")
 }
@@ -278,7 +305,7 @@ func parseApprovalRule(text string) (ApprovalRule, error) {
 func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) error {
 	stored := make([]intentdb.ApprovalRule, len(rules))
 	for i, r := range rules {
-		if r.Arg != "" || r.Op != "" || r.Value != "" {
+		if r.Arg != "" || r.Op != "" || r.Value != "" || r.Host {
 			// Checked as written, so that a rule built in Go obeys what
 			// ParseApprovalRules enforces.
 			if _, err := parseApprovalRule(r.String()); err != nil {

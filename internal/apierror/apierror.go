@@ -29,6 +29,11 @@ const (
 	// CodeInvalidJSON is a request body that is not valid JSON of the
 	// expected shape.
 	CodeInvalidJSON = "invalid_json"
+	// CodeInvalidRequestState is an MCP call's requestState (an approval
+	// answered from the host) that does not verify, has expired, was
+	// issued to another caller or for other arguments, or was used
+	// already (docs/agents.md, "Tasks and approvals in the host").
+	CodeInvalidRequestState = "invalid_request_state"
 )
 
 // WaitMax is the longest wait for an intent's outcome that the HTTP API
@@ -145,6 +150,7 @@ var statusOf = map[string]int{
 	outbox.CodeIdempotencyKeyReused:  http.StatusUnprocessableEntity,
 	outbox.CodeInvalidArgs:           http.StatusBadRequest,
 	CodeInvalidJSON:                  http.StatusBadRequest,
+	CodeInvalidRequestState:          http.StatusBadRequest,
 	outbox.CodeInvalidKey:            http.StatusBadRequest,
 	outbox.CodeNotAwaitingApproval:   http.StatusConflict,
 	outbox.CodeNotCancellable:        http.StatusConflict,

@@ -141,6 +141,11 @@ type Config struct {
 	// Defaults to 168h.
 	Retention time.Duration `env:"OUTBOX_RETENTION, default=168h" expect:"a positive duration such as 168h" help:"how long terminal intents (and so their keys) are kept"`
 
+	// StateKey is the key that derives MCP task ids and seals requestState
+	// (approvals in the host), 32 bytes in base64; every replica needs the
+	// same. Defaults to the key migrate generated in the schema.
+	StateKey string `env:"OUTBOX_STATE_KEY" secret:"true" expect:"32 bytes in base64, such as the output of: openssl rand -base64 32" help:"key sealing MCP requestState and deriving task ids (default: the one generated at migrate)"`
+
 	// SMTPAddr is the SMTP server of the email effect, host:port; setting
 	// it enables email. Defaults to none.
 	SMTPAddr string `env:"OUTBOX_SMTP_ADDR" expect:"host:port such as smtp.example.com:587" help:"SMTP server host:port; enables the email effect"`

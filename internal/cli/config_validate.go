@@ -64,6 +64,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"SMTPAddr", c.SMTPAddr == "" || validHostPort(c.SMTPAddr)},
 		{"SMTPFrom", c.SMTPFrom == "" || validEmail(c.SMTPFrom)},
 		{"SMTPTLS", c.SMTPTLS == "starttls" || c.SMTPTLS == "tls" || c.SMTPTLS == "none"},
+		{"StateKey", c.StateKey == "" || c.StateKeyValue() != nil},
 		{"StripeURL", validHTTPURL(c.StripeURL)},
 		{"WebhookSecret", c.WebhookSecret == "" || validWebhookSecret(c.WebhookSecret)},
 		{"Workers", c.Workers >= 1 && c.Workers <= workersMax},

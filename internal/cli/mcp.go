@@ -82,11 +82,14 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 		return err
 	}
 	server, err := mcpserver.New(pool, client, &mcpserver.Config{
+		ApprovalTTL:   cfg.ApprovalTTL,
 		AutoKeyWindow: cfg.AutoKeyWindow,
 		Logger:        logger,
 		ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
 		Namespace:     cfg.Namespace,
 		Passthrough:   passthroughTools(cfg),
+		Retention:     cfg.Retention,
+		StateKey:      cfg.StateKeyValue(),
 		Version:       version(),
 	})
 	if err != nil {

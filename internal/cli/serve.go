@@ -186,9 +186,12 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 		Logger:               logger,
 		MaxWaits:             cfg.MaxWaits,
 		MCP: mcpserver.Config{
+			ApprovalTTL:   cfg.ApprovalTTL,
 			AutoKeyWindow: cfg.AutoKeyWindow,
 			ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
 			Passthrough:   passthroughTools(cfg),
+			Retention:     cfg.Retention,
+			StateKey:      cfg.StateKeyValue(),
 		},
 		RateLimit:   cfg.RateLimitValue(),
 		Schema:      cfg.Schema,

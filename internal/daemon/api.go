@@ -38,6 +38,8 @@ func (d *Daemon) newAPI(pool *pgxpool.Pool, c *Config) (*httpapi.Handler, error)
 		mcpConfig.Actor = access.APIActor(access.ActorLocal)
 		mcpConfig.Namespace = namespace
 		mcpConfig.PossibleDuplicateFunc = possibleDuplicate
+		mcpConfig.ApprovalFunc = d.metrics.mcp.ObserveApproval
+		mcpConfig.TaskFunc = d.metrics.mcp.ObserveTask
 		mcpConfig.RateLimitFunc = limiter.Take
 		mcpConfig.WaitFunc = waits.Wait
 		if servers[namespace], err = mcpserver.New(pool, d.Client, &mcpConfig); err != nil {

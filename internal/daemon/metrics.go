@@ -33,6 +33,7 @@ type serveMetrics struct {
 	databaseUnavailable *prometheus.CounterVec
 	enqueues            *metrics.Enqueues
 	gauges              *metrics.Gauges
+	mcp                 *metrics.MCP
 	registry            *prometheus.Registry
 	// riverClientID is the dispatcher's River client ID, stored once the
 	// dispatcher exists (after the gauges start), for outbox_leader.
@@ -99,6 +100,7 @@ func newServeMetrics(pool *pgxpool.Pool, schema, version string, refresh time.Du
 	sm.databaseUnavailable = databaseUnavailable
 	sm.enqueues = metrics.NewEnqueues(reg)
 	sm.gauges = gauges
+	sm.mcp = metrics.NewMCP(reg)
 	sm.registry = reg
 	sm.workers = workers.NewMetrics(reg)
 	return sm, nil

@@ -28,6 +28,7 @@ type Queries struct {
 	sqlBrowse, sqlBrowseOldest, sqlInState, sqlInStateUnknown, sqlInStateAwaiting             string
 	sqlOverviewCounts, sqlOverviewLastHour, sqlJobs, sqlLeader, sqlLockAction                 string
 	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
+	sqlStateKey, sqlRequestedHost, sqlUseState, sqlStatesUsed                                 string
 }
 
 // New returns the statements of schema, rendered once.
@@ -46,6 +47,7 @@ func New(schema string) *Queries {
 	q.renderBatch(r)
 	q.renderProcess(r)
 	q.renderBrowse(r)
+	q.renderHostApproval(r)
 	return q
 }
 

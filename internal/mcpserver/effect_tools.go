@@ -209,8 +209,9 @@ var newActionProperty = &jsonschema.Schema{
 }
 
 var requireApprovalProperty = &jsonschema.Schema{
-	Type:        "boolean",
-	Description: "Set to true to have a person approve this action before it runs (the answer's state is then awaiting_approval). Some actions need approval whatever this says. Defaults to false.",
+	Types:       []string{"boolean", "string"},
+	Enum:        []any{true, false, ViaHost},
+	Description: `Set to true to have a person approve this action before it runs (the answer's state is then awaiting_approval); "host" lets the user in front of this client approve it too. Some actions need approval whatever this says. Defaults to false.`,
 }
 
 // inputSchema returns the tool's schema with idempotency_key, new_action

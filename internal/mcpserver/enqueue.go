@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outbox-dev/outbox/internal/access"
@@ -86,6 +87,13 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 			}
 		}
 
+		// A retried call answering an approval asked of the host is
+		// checked against its requestState before anything is written.
+		state, answerGiven, err := s.checkRequestState(ctx, req, tool, call)
+		if err != nil {
+			return s.errorResult(ctx, tool.Name, err), nil
+		}
+
 		// A key in a tool call comes from the model: it is guarded.
 		// Without one, the call gets its automatic key.
 		res, err := s.guard.Enqueue(ctx, &keyguard.Params{
@@ -107,8 +115,34 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 		s.logger.DebugContext(ctx, "mcp tool call recorded",
 			"tool", tool.Name, "intent_id", res.Intent.ID, "duplicate", res.Duplicate,
 			"key_source", string(res.Intent.KeySource), "state", string(res.Intent.State))
-		answer := enqueueAnswer{Intent: res.Intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf,
-			NextStep: nextStep(res.Intent)}
+		intent := res.Intent
+		if call.requireApprovalHost && !res.Duplicate && intent.State == outbox.StateAwaitingApproval &&
+			intent.ApprovalRule != nil && *intent.ApprovalRule == outbox.ApprovalRequested {
+			// The caller asked for an approval the host may give. A
+			// statement of its own after the enqueue's commit: should it
+			// fail, the intent is decided by operators only, the safe side.
+			if intent, err = s.requestedHost(ctx, intent); err != nil {
+				return s.errorResult(ctx, tool.Name, err), nil
+			}
+		}
+		if state != nil {
+			if intent.ID != state.Intent {
+				return s.errorResult(ctx, tool.Name, stateRefused("was issued for another intent")), nil
+			}
+			if intent, err = s.applyDecision(ctx, state, intent, *answerGiven, clientName(req.Session)); err != nil {
+				return s.errorResult(ctx, tool.Name, err), nil
+			}
+		}
+		answer := enqueueAnswer{Intent: intent, Duplicate: res.Duplicate, PossibleDuplicateOf: res.PossibleDuplicateOf,
+			NextStep: nextStep(intent)}
+		if declaresTasks(toolCaps(req)) {
+			return s.taskCall(ctx, req, tool, answer)
+		}
+		if ask, err := s.askHost(ctx, req, tool, intent); err != nil {
+			return s.errorResult(ctx, tool.Name, err), nil
+		} else if ask != nil {
+			return ask, nil
+		}
 		if tool.Upstream != "" {
 			// Duplicates wait too: every answer is built from what is
 			// stored, so each caller gets what the first one got.
@@ -173,8 +207,13 @@ func requestedBy(req *mcp.CallToolRequest) string {
 	if params == nil || params.ClientInfo == nil || params.ClientInfo.Name == "" {
 		return "mcp"
 	}
-	name := params.ClientInfo.Name
-	// requested_by holds at most 255 characters, and is shown to operators.
+	return sanitizeClientName(params.ClientInfo.Name)
+}
+
+// sanitizeClientName is "mcp:" and a client's name as it may be recorded
+// and shown to operators: at most 200 bytes of valid UTF-8 without control
+// characters (requested_by holds at most 255).
+func sanitizeClientName(name string) string {
 	if len(name) > 200 {
 		name = name[:200]
 	}
@@ -185,6 +224,15 @@ func requestedBy(req *mcp.CallToolRequest) string {
 		}
 		return r
 	}, name)
+}
+
+// requestedHost lets the person at the host decide intent, which its
+// caller's own request holds, and returns it as it then stands.
+func (s *server) requestedHost(ctx context.Context, intent *outbox.Intent) (*outbox.Intent, error) {
+	if _, err := s.queries.SetRequestedHost(ctx, s.pool, intent.ID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("error recording the host's approval: %w", err)
+	}
+	return s.client.Get(ctx, s.namespace, intent.Key)
 }
 
 // toolCall is a mutating tool's arguments, split into the effect's
@@ -202,6 +250,9 @@ type toolCall struct {
 	newAction bool
 	// requireApproval asks for a person's approval first.
 	requireApproval bool
+	// requireApprovalHost lets that person be the one at the MCP host
+	// (require_approval "host").
+	requireApprovalHost bool
 }
 
 // splitArguments takes idempotency_key out of a tool call's arguments,
@@ -254,8 +305,13 @@ func splitArguments(raw json.RawMessage) (*toolCall, error) {
 			continue
 		}
 		if name == requireApprovalArgument {
+			var host string
+			if json.Unmarshal(value, &host) == nil && host == ViaHost {
+				call.requireApproval, call.requireApprovalHost = true, true
+				continue
+			}
 			if err := json.Unmarshal(value, &call.requireApproval); err != nil {
-				return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: requireApprovalArgument, Message: "must be true or false"}
+				return nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: requireApprovalArgument, Message: `must be true, false or "host"`}
 			}
 			continue
 		}

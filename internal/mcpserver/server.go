@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -29,6 +31,13 @@ const (
 
 	// VersionDefault is Config.Version's default.
 	VersionDefault = "dev"
+
+	// ApprovalTTLDefault is Config.ApprovalTTL's default, the
+	// dispatcher's.
+	ApprovalTTLDefault = 24 * time.Hour
+
+	// RetentionDefault is Config.Retention's default, the dispatcher's.
+	RetentionDefault = 168 * time.Hour
 )
 
 // keyArgument is the argument of every mutating tool that carries the
@@ -52,6 +61,18 @@ type Config struct {
 	// actor of package access. Over HTTP with tokens the token names it.
 	// Defaults to access.CLIActor(), the local user.
 	Actor string
+
+	// ApprovalFunc, when set, is called with via (ViaHost) and the
+	// decision (approved, denied, decline, cancel) of each approval
+	// answered from the MCP host, for outbox_mcp_approvals_total. Defaults
+	// to nil.
+	ApprovalFunc func(via, decision string)
+
+	// ApprovalTTL is how long an intent may await approval before it
+	// expires (dispatcher.Config.ApprovalTTL, OUTBOX_APPROVAL_TTL): an
+	// approval asked of the host says it, and its requestState expires no
+	// later. Defaults to 24 hours.
+	ApprovalTTL time.Duration
 
 	// AutoKeyWindow is the window of the automatic key: identical calls
 	// without idempotency_key within this long of the first are one action.
@@ -85,6 +106,22 @@ type Config struct {
 	// refuses, the call is a rate_limited tool error saying how long to
 	// wait. Defaults to no limit.
 	RateLimitFunc func(name string) (wait time.Duration, ok bool)
+
+	// Retention is how long ended intents are kept (OUTBOX_RETENTION): a
+	// task's ttlMs counts down from it once its intent ends. Defaults to
+	// 168 hours.
+	Retention time.Duration
+
+	// StateKey is the key that derives task ids and seals requestState
+	// (OUTBOX_STATE_KEY), StateKeySize bytes; every replica must have the
+	// same. Defaults to the key migrate generated in the schema, read on
+	// first use (only outbox's owner role can read it).
+	StateKey []byte
+
+	// TaskFunc, when set, is called with the outcome (TaskCreated,
+	// TaskJoined, TaskPolledToEnd) of each task answer, for
+	// outbox_mcp_tasks_total. Defaults to nil.
+	TaskFunc func(outcome string)
 
 	// TracerProvider makes the span of each tool call, "execute_tool
 	// {tool}" (OpenTelemetry's GenAI conventions), under the trace context
@@ -120,6 +157,9 @@ func (c *Config) withDefaults() *Config {
 	if out.Actor == "" {
 		out.Actor = access.CLIActor()
 	}
+	if out.ApprovalTTL == 0 {
+		out.ApprovalTTL = ApprovalTTLDefault
+	}
 	if out.AutoKeyWindow == 0 {
 		out.AutoKeyWindow = keyguard.WindowDefault
 	}
@@ -131,6 +171,9 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.Namespace == "" {
 		out.Namespace = outbox.NamespaceDefault
+	}
+	if out.Retention == 0 {
+		out.Retention = RetentionDefault
 	}
 	if out.Version == "" {
 		out.Version = VersionDefault
@@ -146,6 +189,9 @@ func (c *Config) validate() error {
 	if err := outbox.ValidateNamespace(c.Namespace); err != nil {
 		return fmt.Errorf("mcpserver: %w", err)
 	}
+	if c.StateKey != nil && len(c.StateKey) != StateKeySize {
+		return fmt.Errorf("mcpserver: StateKey must be %d bytes, not %d", StateKeySize, len(c.StateKey))
+	}
 	return nil
 }
 
@@ -159,6 +205,19 @@ type server struct {
 	pool          *pgxpool.Pool
 	rateLimitFunc func(name string) (time.Duration, bool)
 	waitFunc      func(ctx context.Context, namespace, key string) (*outbox.Intent, error)
+
+	// Tasks and approvals in the host.
+	approvalFunc  func(via, decision string)
+	approvalTTL   time.Duration
+	queries       *intentdb.Queries
+	retention     time.Duration
+	stateKey      []byte
+	taskFunc      func(outcome string)
+	toolsByEffect map[string]*EffectTool
+
+	// keys are derived from the state key on first use (keysMu).
+	keys   *stateKeys
+	keysMu sync.Mutex
 
 	// guard records the tools' calls: automatic keys, and the guard on
 	// the model's keys.
@@ -186,6 +245,14 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		pool:          pool,
 		rateLimitFunc: config.RateLimitFunc,
 		waitFunc:      config.WaitFunc,
+
+		approvalFunc:  config.ApprovalFunc,
+		approvalTTL:   config.ApprovalTTL,
+		queries:       intentdb.New(client.Schema()),
+		retention:     config.Retention,
+		stateKey:      config.StateKey,
+		taskFunc:      config.TaskFunc,
+		toolsByEffect: map[string]*EffectTool{},
 	}
 	if s.waitFunc == nil {
 		s.waitFunc = client.Wait
@@ -205,7 +272,12 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 			return nil, err
 		}
 	}
+	// The tasks extension is declared to every client; only a request
+	// that declares it too is ever answered with a task.
+	caps := &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}}
+	caps.AddExtension(TasksExtension, nil)
 	srv := mcp.NewServer(&mcp.Implementation{Name: NameDefault, Title: "outbox", Version: config.Version}, &mcp.ServerOptions{
+		Capabilities: caps,
 		Instructions: instructions,
 		Logger:       SDKLogger(s.logger),
 	})
@@ -228,6 +300,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 			continue
 		}
 		names[t.Name] = true
+		s.toolsByEffect[t.Effect] = t
 		var inputSchema any
 		var resolved *jsonschema.Resolved
 		outputSchema := enqueueOutputSchema()
@@ -271,6 +344,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	if err := s.addPassthroughTools(srv, config.Passthrough, names); err != nil {
 		return nil, err
 	}
+	if err := s.addTaskMethods(srv); err != nil {
+		return nil, err
+	}
 	listed := ReadToolNames()
 	for name := range names {
 		listed = append(listed, name)
@@ -283,6 +359,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	}
 	srv.AddReceivingMiddleware(traceToolCalls(tracerProvider.Tracer(tracerName), listed))
 	srv.AddReceivingMiddleware(hideWithdrawn(withdrawnFuncs(tools, config.Passthrough, client)))
+	// Outermost: a call answered with a task replaces the tool result
+	// after every other middleware has seen the call.
+	srv.AddReceivingMiddleware(answerTasks())
 	return srv, nil
 }
 

@@ -260,3 +260,42 @@ func (e *Enqueues) Observe(effect string, outcome outbox.EnqueueOutcome) {
 		e.Conflicts.WithLabelValues(effect).Inc()
 	}
 }
+
+// MCP are outbox_mcp_tasks_total{outcome} and
+// outbox_mcp_approvals_total{via,decision}, counted by the process that
+// serves MCP (serve's /mcp, outboxd mcp): tasks answered (created, joined
+// by a duplicate, polled to an end) and approvals answered from the host
+// (docs/agents.md, "Tasks and approvals in the host").
+type MCP struct {
+	Approvals *prometheus.CounterVec
+	Tasks     *prometheus.CounterVec
+}
+
+// NewMCP creates the MCP counters and registers them with reg (none when
+// reg is nil).
+func NewMCP(reg prometheus.Registerer) *MCP {
+	m := &MCP{
+		Approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_mcp_approvals_total",
+			Help: "Approvals answered through MCP, by who answered (via: host) and the decision (approved, denied, decline, cancel).",
+		}, []string{"via", "decision"}),
+		Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_mcp_tasks_total",
+			Help: "MCP task answers: created for a call, joined by a duplicate call, polled to an end by tasks/get.",
+		}, []string{"outcome"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Approvals, m.Tasks)
+	}
+	return m
+}
+
+// ObserveTask counts one task answer. It has the signature of
+// mcpserver.Config.TaskFunc.
+func (m *MCP) ObserveTask(outcome string) { m.Tasks.WithLabelValues(outcome).Inc() }
+
+// ObserveApproval counts one approval answered through MCP. It has the
+// signature of mcpserver.Config.ApprovalFunc.
+func (m *MCP) ObserveApproval(via, decision string) {
+	m.Approvals.WithLabelValues(via, decision).Inc()
+}
