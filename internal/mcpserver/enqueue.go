@@ -138,7 +138,12 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 		if declaresTasks(toolCaps(req)) {
 			return s.taskCall(ctx, req, tool, answer)
 		}
-		if ask, err := s.askHost(ctx, req, tool, intent); err != nil {
+		if answerGiven != nil {
+			// This call answered the host's approval request: whatever
+			// the answer (a decline leaves the intent awaiting), it is
+			// not asked again in the same call, so that a client that
+			// retries input requests by itself does not loop.
+		} else if ask, err := s.askHost(ctx, req, tool, intent); err != nil {
 			return s.errorResult(ctx, tool.Name, err), nil
 		} else if ask != nil {
 			return ask, nil
