@@ -1,5 +1,6 @@
 -- MCP tasks and approvals in the host (docs/agents.md, "Tasks and
 -- approvals in the host").
+-- compatibility: safe with the previous release
 --
 -- outbox_state_key holds the key that derives MCP task ids and seals the
 -- requestState of an approval asked of the host, so that every replica

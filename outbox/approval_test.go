@@ -32,6 +32,18 @@ func TestParseApprovalRules(t *testing.T) {
 	require.Equal(t, "charge:amount>=10000", rules[0].String())
 	require.Equal(t, "email", rules[2].String())
 
+	// [host] lets the person at the MCP host decide too; the rule keeps it
+	// as written, and so does the intent it holds.
+	host, err := outbox.ParseApprovalRules("charge:amount>=10000[host],email[host]")
+	require.NoError(t, err)
+	require.Equal(t, []outbox.ApprovalRule{
+		{Effect: "charge", Arg: "amount", Op: ">=", Value: "10000", Host: true},
+		{Effect: "email", Host: true},
+	}, host)
+	require.Equal(t, "charge:amount>=10000[host]", host[0].String())
+	require.True(t, outbox.HostMayApprove(host[1].String()))
+	require.False(t, outbox.HostMayApprove(rules[0].String()))
+
 	none, err := outbox.ParseApprovalRules("none")
 	require.NoError(t, err)
 	require.Empty(t, none)
@@ -47,6 +59,8 @@ func TestParseApprovalRules(t *testing.T) {
 		"charge:amount>=10>=2", // two operators
 		"charge:amount=>5",     // "=" then ">5"
 		"charge:amount>=0x10",  // not a JSON number
+		"charge:to=[host]x",    // brackets only as the suffix
+		"charge[operator]",     // no such suffix
 	} {
 		_, err := outbox.ParseApprovalRules("email," + bad)
 		require.Error(t, err, bad)
