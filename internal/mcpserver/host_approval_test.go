@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/mcpraw"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -32,9 +33,9 @@ type inputRequired struct {
 
 // ask calls tool and requires an input_required answer with one
 // elicitation, whose id it returns with the answer.
-func (c *rawClient) ask(t *testing.T, tool string, args map[string]any) (*inputRequired, string) {
+func ask(t *testing.T, c *mcpraw.Client, tool string, args map[string]any) (*inputRequired, string) {
 	t.Helper()
-	resp := c.do(t, "tools/call", map[string]any{"name": tool, "arguments": args})
+	resp := c.Do(t, "tools/call", map[string]any{"name": tool, "arguments": args})
 	require.Nil(t, resp.Error)
 	var ir inputRequired
 	require.NoError(t, json.Unmarshal(resp.Result, &ir), "%s", resp.Result)
@@ -51,9 +52,9 @@ func (c *rawClient) ask(t *testing.T, tool string, args map[string]any) (*inputR
 
 // answer retries tool with an answer to the input request id under state,
 // and returns the tool result's raw JSON and whether it is a tool error.
-func (c *rawClient) answer(t *testing.T, tool string, args map[string]any, state, id string, response map[string]any) (string, bool) {
+func answerHost(t *testing.T, c *mcpraw.Client, tool string, args map[string]any, state, id string, response map[string]any) (string, bool) {
 	t.Helper()
-	resp := c.do(t, "tools/call", map[string]any{"name": tool, "arguments": args,
+	resp := c.Do(t, "tools/call", map[string]any{"name": tool, "arguments": args,
 		"requestState": state, "inputResponses": map[string]any{id: response}})
 	require.Nil(t, resp.Error)
 	var res struct {
@@ -79,9 +80,9 @@ func TestMCPHostApproval(t *testing.T) {
 	var approvals []string
 	url1 := b.serveHTTP(t, &mcpserver.Config{Namespace: "shop", ApprovalFunc: func(via, d string) { approvals = append(approvals, via+"/"+d) }})
 	url2 := b.serveHTTP(t, &mcpserver.Config{Namespace: "shop"})
-	host := &rawClient{url: url1, token: "agent-1", elicit: true}
-	hostOn2 := &rawClient{url: url2, token: "agent-1", elicit: true}
-	intruder := &rawClient{url: url1, token: "agent-2", elicit: true}
+	host := &mcpraw.Client{URL: url1, Token: "agent-1", Elicit: true}
+	hostOn2 := &mcpraw.Client{URL: url2, Token: "agent-1", Elicit: true}
+	intruder := &mcpraw.Client{URL: url1, Token: "agent-2", Elicit: true}
 	countIntents := func() int {
 		var n int
 		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM "`+b.schema+`".outbox_intent`).Scan(&n))
@@ -95,7 +96,7 @@ func TestMCPHostApproval(t *testing.T) {
 
 	t.Run("ApprovedThroughMRTR", func(t *testing.T) {
 		args := map[string]any{"amount": 5000, "currency": "usd", "customer": "cus_1", "idempotency_key": "big-1"}
-		ir, id := host.ask(t, "charge_card", args)
+		ir, id := ask(t, host, "charge_card", args)
 		msg := ir.InputRequests[id].Params.Message
 		require.Contains(t, msg, "charge_card")
 		require.Contains(t, msg, intent("big-1").ArgsSHA256)
@@ -110,12 +111,12 @@ func TestMCPHostApproval(t *testing.T) {
 			raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(ir.RequestState, "v1."))
 			require.NoError(t, err)
 			raw[len(raw)-1] ^= 1
-			out, isErr := host.answer(t, "charge_card", args, "v1."+base64.RawURLEncoding.EncodeToString(raw), id, approve(""))
+			out, isErr := answerHost(t, host, "charge_card", args, "v1."+base64.RawURLEncoding.EncodeToString(raw), id, approve(""))
 			require.True(t, isErr)
 			require.Contains(t, out, "invalid_request_state")
 		})
 		t.Run("OtherPrincipal", func(t *testing.T) {
-			out, isErr := intruder.answer(t, "charge_card", args, ir.RequestState, id, approve(""))
+			out, isErr := answerHost(t, intruder, "charge_card", args, ir.RequestState, id, approve(""))
 			require.True(t, isErr)
 			require.Contains(t, out, "another caller")
 		})
@@ -123,14 +124,14 @@ func TestMCPHostApproval(t *testing.T) {
 			// Without a key, so that other arguments would be a new
 			// intent: refused before anything is written.
 			changed := map[string]any{"amount": 9000, "currency": "usd", "customer": "cus_1"}
-			out, isErr := host.answer(t, "charge_card", changed, ir.RequestState, id, approve(""))
+			out, isErr := answerHost(t, host, "charge_card", changed, ir.RequestState, id, approve(""))
 			require.True(t, isErr)
 			require.Contains(t, out, "other arguments")
 		})
 		require.Equal(t, n, countIntents(), "a refused state writes nothing")
 		require.Equal(t, outbox.StateAwaitingApproval, intent("big-1").State)
 
-		out, isErr := host.answer(t, "charge_card", args, ir.RequestState, id, approve("looks right"))
+		out, isErr := answerHost(t, host, "charge_card", args, ir.RequestState, id, approve("looks right"))
 		require.False(t, isErr, out)
 		require.Contains(t, out, `"state":"pending"`)
 		got := intent("big-1")
@@ -141,8 +142,8 @@ func TestMCPHostApproval(t *testing.T) {
 		require.Equal(t, []string{"host/approved"}, approvals)
 
 		t.Run("ReplayedOnSameAndOtherReplica", func(t *testing.T) {
-			for _, c := range []*rawClient{host, hostOn2} {
-				out, isErr := c.answer(t, "charge_card", args, ir.RequestState, id, approve(""))
+			for _, c := range []*mcpraw.Client{host, hostOn2} {
+				out, isErr := answerHost(t, c, "charge_card", args, ir.RequestState, id, approve(""))
 				require.True(t, isErr)
 				require.Contains(t, out, "answered already")
 			}
@@ -151,17 +152,17 @@ func TestMCPHostApproval(t *testing.T) {
 
 	t.Run("DeclineLeavesItAwaiting", func(t *testing.T) {
 		args := map[string]any{"amount": 2000, "currency": "usd", "customer": "cus_2", "idempotency_key": "big-2"}
-		ir, id := host.ask(t, "charge_card", args)
-		out, isErr := host.answer(t, "charge_card", args, ir.RequestState, id, map[string]any{"action": "decline"})
+		ir, id := ask(t, host, "charge_card", args)
+		out, isErr := answerHost(t, host, "charge_card", args, ir.RequestState, id, map[string]any{"action": "decline"})
 		require.False(t, isErr, out)
 		require.Contains(t, out, `"state":"awaiting_approval"`)
 		require.Equal(t, outbox.StateAwaitingApproval, intent("big-2").State)
 		// Asked again, under another request id.
-		_, id2 := host.ask(t, "charge_card", args)
+		_, id2 := ask(t, host, "charge_card", args)
 		require.NotEqual(t, id, id2)
 		// Denied from the host.
-		ir3, id3 := host.ask(t, "charge_card", args)
-		out, isErr = host.answer(t, "charge_card", args, ir3.RequestState, id3,
+		ir3, id3 := ask(t, host, "charge_card", args)
+		out, isErr = answerHost(t, host, "charge_card", args, ir3.RequestState, id3,
 			map[string]any{"action": "accept", "content": map[string]any{"decision": "deny", "reason": "wrong customer"}})
 		require.False(t, isErr, out)
 		got := intent("big-2")
@@ -173,20 +174,20 @@ func TestMCPHostApproval(t *testing.T) {
 	t.Run("Expired", func(t *testing.T) {
 		// An approval that expires in a second: its state expires with it.
 		urlShort := b.serveHTTP(t, &mcpserver.Config{Namespace: "shop", ApprovalTTL: time.Second})
-		c := &rawClient{url: urlShort, token: "agent-1", elicit: true}
+		c := &mcpraw.Client{URL: urlShort, Token: "agent-1", Elicit: true}
 		args := map[string]any{"amount": 3000, "currency": "usd", "customer": "cus_3", "idempotency_key": "big-3"}
-		ir, id := c.ask(t, "charge_card", args)
+		ir, id := ask(t, c, "charge_card", args)
 		// Answered after the expiry (the clock is the condition).
 		expires := intent("big-3").CreatedAt.Add(time.Second)
 		require.Eventually(t, func() bool { return time.Now().After(expires.Add(50 * time.Millisecond)) }, 5*time.Second, 20*time.Millisecond)
-		out, isErr := c.answer(t, "charge_card", args, ir.RequestState, id, approve(""))
+		out, isErr := answerHost(t, c, "charge_card", args, ir.RequestState, id, approve(""))
 		require.True(t, isErr, "an expired state approves nothing: %s", out)
 		require.Contains(t, out, "has expired")
 		require.Equal(t, outbox.StateAwaitingApproval, intent("big-3").State)
 	})
 
 	t.Run("OperatorRuleNotAsked", func(t *testing.T) {
-		resp := host.do(t, "tools/call", map[string]any{"name": "send_email", "arguments": map[string]any{
+		resp := host.Do(t, "tools/call", map[string]any{"name": "send_email", "arguments": map[string]any{
 			"to": []string{"a@example.com"}, "subject": "hi", "text": "hello", "idempotency_key": "mail-1"}})
 		require.Nil(t, resp.Error)
 		require.NotContains(t, string(resp.Result), "input_required")
@@ -195,20 +196,20 @@ func TestMCPHostApproval(t *testing.T) {
 
 	t.Run("RequestedByTheCallerForTheHost", func(t *testing.T) {
 		args := map[string]any{"amount": 10, "currency": "usd", "customer": "cus_4", "idempotency_key": "small", "require_approval": "host"}
-		_, _ = host.ask(t, "charge_card", args)
+		_, _ = ask(t, host, "charge_card", args)
 		require.Equal(t, outbox.ApprovalRequestedHost, *intent("small").ApprovalRule)
 		// require_approval true stays the operators'.
-		resp := host.do(t, "tools/call", map[string]any{"name": "charge_card", "arguments": map[string]any{
+		resp := host.Do(t, "tools/call", map[string]any{"name": "charge_card", "arguments": map[string]any{
 			"amount": 11, "currency": "usd", "customer": "cus_4", "idempotency_key": "small-op", "require_approval": true}})
 		require.NotContains(t, string(resp.Result), "input_required")
 	})
 
 	t.Run("ApprovedThroughTasksUpdate", func(t *testing.T) {
-		c := &rawClient{url: url1, token: "agent-1", elicit: true, tasks: true}
+		c := &mcpraw.Client{URL: url1, Token: "agent-1", Elicit: true, Tasks: true}
 		args := map[string]any{"amount": 7000, "currency": "usd", "customer": "cus_5", "idempotency_key": "big-5"}
-		task := c.callTask(t, "charge_card", args)
+		task := c.CallTask(t, "charge_card", args)
 		require.Equal(t, "input_required", task.Status)
-		got := c.getTask(t, task.TaskID)
+		got := c.GetTask(t, task.TaskID)
 		require.Equal(t, "input_required", got.Status)
 		require.Len(t, got.InputRequests, 1)
 		var id string
@@ -217,20 +218,20 @@ func TestMCPHostApproval(t *testing.T) {
 		}
 		// The same request under the same key on every poll, on any
 		// replica.
-		c2 := &rawClient{url: url2, token: "agent-1", elicit: true, tasks: true}
-		require.Contains(t, c2.getTask(t, task.TaskID).InputRequests, id)
+		c2 := &mcpraw.Client{URL: url2, Token: "agent-1", Elicit: true, Tasks: true}
+		require.Contains(t, c2.GetTask(t, task.TaskID).InputRequests, id)
 		// Another token's answer is ignored (its key is not outstanding
 		// for it).
-		require.Nil(t, (&rawClient{url: url1, token: "agent-2", elicit: true, tasks: true}).do(t, "tasks/update",
+		require.Nil(t, (&mcpraw.Client{URL: url1, Token: "agent-2", Elicit: true, Tasks: true}).Do(t, "tasks/update",
 			map[string]any{"taskId": task.TaskID, "inputResponses": map[string]any{id: approve("")}}).Error)
 		require.Equal(t, outbox.StateAwaitingApproval, intent("big-5").State)
 		// A reader may not answer.
-		reader := &rawClient{url: url1, token: "reader-1", elicit: true, tasks: true}
-		require.NotNil(t, reader.do(t, "tasks/update", map[string]any{"taskId": task.TaskID, "inputResponses": map[string]any{id: approve("")}}).Error)
+		reader := &mcpraw.Client{URL: url1, Token: "reader-1", Elicit: true, Tasks: true}
+		require.NotNil(t, reader.Do(t, "tasks/update", map[string]any{"taskId": task.TaskID, "inputResponses": map[string]any{id: approve("")}}).Error)
 
-		require.Nil(t, c2.do(t, "tasks/update", map[string]any{"taskId": task.TaskID, "inputResponses": map[string]any{id: approve("ok")}}).Error)
+		require.Nil(t, c2.Do(t, "tasks/update", map[string]any{"taskId": task.TaskID, "inputResponses": map[string]any{id: approve("ok")}}).Error)
 		require.Equal(t, outbox.StatePending, intent("big-5").State)
-		require.Equal(t, "working", c.getTask(t, task.TaskID).Status)
+		require.Equal(t, "working", c.GetTask(t, task.TaskID).Status)
 	})
 
 	t.Run("GoSDKClient", func(t *testing.T) {
