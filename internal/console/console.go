@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -66,6 +67,11 @@ type Config struct {
 	// SessionTTLDefault.
 	SessionTTL time.Duration
 
+	// TaskIDFunc, when set, returns the MCP task id of an intent
+	// (mcpserver.TaskIDs.TaskID), which the intent's page shows for an
+	// intent recorded over MCP. Defaults to none: the page shows no task.
+	TaskIDFunc func(ctx context.Context, namespace string, intentID int64) (string, error)
+
 	// Tokens are the API tokens (OUTBOX_API_TOKENS); operator and reader
 	// tokens may sign in. Defaults to none.
 	Tokens []access.Token
@@ -127,6 +133,7 @@ type Handler struct {
 	riverUIPath string
 	sessions    *sessionStore
 	pages       map[string]*template.Template
+	taskID      func(ctx context.Context, namespace string, intentID int64) (string, error)
 	tokens      []access.Token
 	uiPassword  string
 	uiUser      string
@@ -154,6 +161,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*Handler, e
 	h := &Handler{
 		approvalTTL: c.ApprovalTTL,
 		authFailed:  c.AuthFailureFunc,
+		taskID:      c.TaskIDFunc,
 		client:      client,
 		db:          newQueries(pool, c.Schema),
 		logger:      c.Logger,

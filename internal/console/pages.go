@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/outbox-dev/outbox/effects"
@@ -156,6 +157,11 @@ type intentView struct {
 	RiverUIPath  string
 	ExpiresAt    *time.Time
 	CanCancel    bool
+	// MCPClient names the MCP client that recorded the intent, and
+	// MCPTask its task id (docs/agents.md, "Tasks and approvals in the
+	// host"), for an intent recorded over MCP.
+	MCPClient string
+	MCPTask   string
 }
 
 // intent is GET /console/intents/{namespace}/{key}.
@@ -198,6 +204,19 @@ func (h *Handler) intent(w http.ResponseWriter, r *http.Request, p *principal) {
 	if intent.State == outbox.StateAwaitingApproval {
 		t := intent.CreatedAt.Add(h.approvalTTL)
 		v.ExpiresAt = &t
+	}
+	if intent.RequestedBy != nil && (*intent.RequestedBy == "mcp" || strings.HasPrefix(*intent.RequestedBy, "mcp:")) {
+		v.MCPClient = strings.TrimPrefix(strings.TrimPrefix(*intent.RequestedBy, "mcp"), ":")
+		if h.taskID != nil {
+			// A page without the task id beats no page: the key may be
+			// unreadable (OUTBOX_STATE_KEY unset on a replica without the
+			// owner's rights).
+			if id, err := h.taskID(r.Context(), intent.Namespace, intent.ID); err == nil {
+				v.MCPTask = id
+			} else {
+				h.logger.WarnContext(r.Context(), "console: no MCP task id", "error", err)
+			}
+		}
 	}
 	v.Timeline = timeline(intent, jobs)
 	h.render(w, r, http.StatusOK, "intent", h.page(p, "Intent "+key, "intents", v))

@@ -249,6 +249,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	consoleConfig := c.Console
 	consoleConfig.AuthFailureFunc = d.metrics.authFailures.Inc
 	consoleConfig.Metrics = d.metrics.registry
+	consoleConfig.TaskIDFunc = mcpserver.NewTaskIDs(pool, c.Schema, c.MCP.StateKey).TaskID
 	consoleHandler, err := console.New(pool, d.Client, &consoleConfig)
 	if err != nil {
 		return nil, err

@@ -87,29 +87,8 @@ func newStateKeys(master []byte) (*stateKeys, error) {
 	return &stateKeys{approval: derive("outbox approval request id v1"), seal: aead, task: derive("outbox task id v1")}, nil
 }
 
-// stateKeys returns the server's keys: from Config.StateKey, or read once
-// from the database (the key migrate generated), so that every replica
-// derives the same task ids and opens the states another sealed.
-func (s *server) stateKeys(ctx context.Context) (*stateKeys, error) {
-	s.keysMu.Lock()
-	defer s.keysMu.Unlock()
-	if s.keys != nil {
-		return s.keys, nil
-	}
-	master := s.stateKey
-	if master == nil {
-		var err error
-		if master, err = s.queries.StateKey(ctx, s.pool); err != nil {
-			return nil, fmt.Errorf("error reading the state key (outbox_state_key, made by migrate; or set OUTBOX_STATE_KEY): %w", err)
-		}
-	}
-	keys, err := newStateKeys(master)
-	if err != nil {
-		return nil, err
-	}
-	s.keys = keys
-	return keys, nil
-}
+// stateKeys returns the server's keys (TaskIDs.keys).
+func (s *server) stateKeys(ctx context.Context) (*stateKeys, error) { return s.ids.keys(ctx) }
 
 // stateID identifies one approval request of one intent to one caller. It
 // is derived, not random: every poll of a task shows the same request under

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -209,15 +208,11 @@ type server struct {
 	// Tasks and approvals in the host.
 	approvalFunc  func(via, decision string)
 	approvalTTL   time.Duration
+	ids           *TaskIDs
 	queries       *intentdb.Queries
 	retention     time.Duration
-	stateKey      []byte
 	taskFunc      func(outcome string)
 	toolsByEffect map[string]*EffectTool
-
-	// keys are derived from the state key on first use (keysMu).
-	keys   *stateKeys
-	keysMu sync.Mutex
 
 	// guard records the tools' calls: automatic keys, and the guard on
 	// the model's keys.
@@ -248,9 +243,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 
 		approvalFunc:  config.ApprovalFunc,
 		approvalTTL:   config.ApprovalTTL,
+		ids:           NewTaskIDs(pool, client.Schema(), config.StateKey),
 		queries:       intentdb.New(client.Schema()),
 		retention:     config.Retention,
-		stateKey:      config.StateKey,
 		taskFunc:      config.TaskFunc,
 		toolsByEffect: map[string]*EffectTool{},
 	}

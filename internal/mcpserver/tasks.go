@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -20,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -107,6 +110,58 @@ type ackResult struct {
 	ResultType string `json:"resultType"`
 }
 
+// TaskIDs derives MCP task ids from the state key: the server's, and the
+// console's, which shows each intent's. It is safe for concurrent use.
+type TaskIDs struct {
+	pool     *pgxpool.Pool
+	queries  *intentdb.Queries
+	stateKey []byte
+
+	// derived is made from the state key on first use (mu).
+	derived *stateKeys
+	mu      sync.Mutex
+}
+
+// NewTaskIDs returns the task ids of schema, from stateKey (StateKeySize
+// bytes, OUTBOX_STATE_KEY), or, when it is nil, the key migrate generated in
+// the schema, read from pool on first use.
+func NewTaskIDs(pool *pgxpool.Pool, schema string, stateKey []byte) *TaskIDs {
+	return &TaskIDs{pool: pool, queries: intentdb.New(schema), stateKey: stateKey}
+}
+
+// TaskID returns the task id of the intent intentID of namespace.
+func (t *TaskIDs) TaskID(ctx context.Context, namespace string, intentID int64) (string, error) {
+	keys, err := t.keys(ctx)
+	if err != nil {
+		return "", err
+	}
+	return taskIDOf(keys, namespace, intentID), nil
+}
+
+// keys returns the keys derived from the state key: from the config, or
+// read once from the database (the key migrate generated), so that every
+// replica derives the same task ids and opens the states another sealed.
+func (t *TaskIDs) keys(ctx context.Context) (*stateKeys, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.derived != nil {
+		return t.derived, nil
+	}
+	master := t.stateKey
+	if master == nil {
+		var err error
+		if master, err = t.queries.StateKey(ctx, t.pool); err != nil {
+			return nil, fmt.Errorf("error reading the state key (outbox_state_key, made by migrate; or set OUTBOX_STATE_KEY): %w", err)
+		}
+	}
+	keys, err := newStateKeys(master)
+	if err != nil {
+		return nil, err
+	}
+	t.derived = keys
+	return keys, nil
+}
+
 // taskIDBytes is a task id's length before encoding: the intent's id (8
 // bytes) and a MAC of it under the state key (16 bytes, 128 bits).
 const taskIDBytes = 8 + 16
@@ -116,9 +171,13 @@ const taskIDBytes = 8 + 16
 // same one (the key is in the database), it never changes, and it cannot
 // be guessed, nor taken to another namespace, without the key.
 func (s *server) taskID(keys *stateKeys, intentID int64) string {
+	return taskIDOf(keys, s.namespace, intentID)
+}
+
+func taskIDOf(keys *stateKeys, namespace string, intentID int64) string {
 	b := make([]byte, taskIDBytes)
 	binary.BigEndian.PutUint64(b, uint64(intentID))
-	copy(b[8:], keys.taskMAC(s.namespace, intentID))
+	copy(b[8:], keys.taskMAC(namespace, intentID))
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
