@@ -2,7 +2,7 @@
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: demo run test test-clients lint bench soak ci
+.PHONY: demo run test test-clients lint bench bench-mcp soak ci
 
 # The first run: the story outbox exists for, told with real calls, then
 # River UI and /metrics until Ctrl-C. A throwaway PostgreSQL unless
@@ -42,6 +42,11 @@ lint:
 # Plain River against outbox, side by side, on DATABASE_URL.
 bench:
 	TEST_DATABASE_URL='$(DATABASE_URL)' go test ./internal/bench -run '^$$' -bench Compare -benchtime 1x -timeout 30m
+
+# The mcp lane: tool calls through /mcp with the tasks extension (create,
+# re-issue, poll to the end) against the Go library, in the same run.
+bench-mcp:
+	TEST_DATABASE_URL='$(DATABASE_URL)' go test ./internal/mcpserver -run '^$$' -bench LaneMCP -benchtime 1x -count 3
 
 # Not in CI: two serve replicas for 30 minutes at half the measured maximum
 # rate, a fault every minute, samples every 10 s (SOAK_OUT names the CSV).

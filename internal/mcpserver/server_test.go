@@ -34,7 +34,7 @@ type testBundle struct {
 // charge (a noop effect by that name, deduplicated, recording in the
 // schema), so that charge_card runs as it does in serve, and noop. The
 // other tools' effects (email, ticket, webhook) are not enabled.
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	dedupe := effects.GuaranteeDeduplicated
 	env := testdb.NewEnv(t, map[string]effects.Guarantee{"charge": dedupe, "email": dedupe, "ticket": dedupe, "webhook": dedupe, "noop": dedupe})

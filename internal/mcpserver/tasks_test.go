@@ -25,7 +25,7 @@ import (
 // HTTP, as serve's /mcp does; a bearer token names the caller (its
 // TokenInfo's UserID) with role agent, or role reader when it starts with
 // "reader".
-func (b *testBundle) serveHTTP(t *testing.T, config *mcpserver.Config) string {
+func (b *testBundle) serveHTTP(t testing.TB, config *mcpserver.Config) string {
 	t.Helper()
 	server, err := mcpserver.New(b.pool, b.client, config)
 	require.NoError(t, err)
