@@ -9,7 +9,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
-	"github.com/outbox-dev/outbox/internal/fixture/mcpupstream"
+	"github.com/outbox-dev/outbox/internal/sandbox/mcpupstream"
 )
 
 // demoUpstreamFile declares the demo's MCP server: a notes server whose

@@ -21,9 +21,9 @@ import (
 	"github.com/outbox-dev/outbox/effects/email"
 	"github.com/outbox-dev/outbox/effects/ticket"
 	"github.com/outbox-dev/outbox/effects/webhook"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/sandbox"
+	"github.com/outbox-dev/outbox/internal/sandbox/noop"
 )
 
 // sandboxEffects are the noop effects OUTBOX_SANDBOX=true enables, one per
