@@ -295,9 +295,7 @@ func checkDeclaredApprovalRules(cfg *Config, registry *effects.Registry) error {
 		}
 		// Declared effects and recorded MCP upstream tools have schemas
 		// from the file or the lock; the built-ins check their own.
-		d, ok := e.(interface {
-			CheckApprovalRule(arg string, numeric bool) error
-		})
+		d, ok := e.(effects.ApprovalRuleChecker)
 		if !ok {
 			continue
 		}

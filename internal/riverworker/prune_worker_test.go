@@ -1,4 +1,4 @@
-package worker_test
+package riverworker_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/internal/worker"
+	"github.com/outbox-dev/outbox/internal/riverworker"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -42,7 +42,7 @@ func TestPruneWorker(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET created_at = now() - interval '30 days' WHERE key = 'old-pending'`)
 	require.NoError(t, err)
 
-	pruner, err := worker.NewPruneWorker(b.pool, &worker.PruneWorkerConfig{BatchSize: 3, Retention: time.Hour, Schema: b.schema})
+	pruner, err := riverworker.NewPruneWorker(b.pool, &riverworker.PruneWorkerConfig{BatchSize: 3, Retention: time.Hour, Schema: b.schema})
 	require.NoError(t, err)
 	n, err := pruner.Prune(ctx)
 	require.NoError(t, err)

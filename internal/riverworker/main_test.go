@@ -1,4 +1,4 @@
-package worker_test
+package riverworker_test
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package worker
+package riverworker
 
 import (
 	"context"
@@ -213,7 +213,7 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 
 	effect, ok := w.effects.Get(c.Effect)
 	if !ok || !effects.AllowedIn(effect, c.Namespace) {
-		return w.finish(ctx, c, workers.Decision{State: outbox.StateFailed, Code: "unknown_effect", Outcome: "unknown_effect"},
+		return w.finish(ctx, c, workers.Decision{State: outbox.StateFailed, Code: outbox.CodeUnknownEffect, Outcome: outbox.CodeUnknownEffect},
 			fmt.Sprintf("effect %q is not enabled in this dispatcher", c.Effect), nil, nil)
 	}
 	guarantee := effects.GuaranteeOf(effect, c.Args)

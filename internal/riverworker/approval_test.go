@@ -1,4 +1,4 @@
-package worker_test
+package riverworker_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/webhook"
-	"github.com/outbox-dev/outbox/internal/worker"
+	"github.com/outbox-dev/outbox/internal/riverworker"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -39,7 +39,7 @@ func TestExpireApprovals(t *testing.T) {
 
 	reg, err := effects.NewRegistry(b.effect)
 	require.NoError(t, err)
-	reconciler, err := worker.NewReconcileWorker(b.pool, &worker.ReconcileWorkerConfig{
+	reconciler, err := riverworker.NewReconcileWorker(b.pool, &riverworker.ReconcileWorkerConfig{
 		ApprovalTTL: time.Hour, Effects: reg, Metrics: b.metrics, Schema: b.schema,
 	})
 	require.NoError(t, err)
@@ -83,11 +83,11 @@ func TestApprovalNotice(t *testing.T) {
 	hook, err := webhook.New(&webhook.Config{Endpoints: []webhook.Endpoint{{Name: "approvals", URL: receiver.URL, Dedupe: true}}, Secret: secret})
 	require.NoError(t, err)
 
-	_, err = worker.NewApprovalNoticeWorker(b.pool, &worker.ApprovalNoticeWorkerConfig{Endpoint: "nowhere", TTL: time.Hour, Webhook: hook, Schema: b.schema})
+	_, err = riverworker.NewApprovalNoticeWorker(b.pool, &riverworker.ApprovalNoticeWorkerConfig{Endpoint: "nowhere", TTL: time.Hour, Webhook: hook, Schema: b.schema})
 	var argErr *effects.ArgError
 	require.ErrorAs(t, err, &argErr, "an endpoint the webhook effect does not know")
 	require.Equal(t, "endpoint", argErr.Field)
-	w, err := worker.NewApprovalNoticeWorker(b.pool, &worker.ApprovalNoticeWorkerConfig{Endpoint: "approvals", TTL: time.Hour, Webhook: hook, Schema: b.schema})
+	w, err := riverworker.NewApprovalNoticeWorker(b.pool, &riverworker.ApprovalNoticeWorkerConfig{Endpoint: "approvals", TTL: time.Hour, Webhook: hook, Schema: b.schema})
 	require.NoError(t, err)
 
 	res, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "big", Effect: "test", Args: map[string]any{"amount": 20000}, RequireApproval: true})

@@ -1,4 +1,4 @@
-// Package worker holds outbox's River workers, which the dispatcher
+// Package riverworker holds outbox's River workers, which the dispatcher
 // configures and runs (users configure them through dispatcher.Config):
 // IntentWorker, which executes each intent's effect once, doing what the
 // state machine (workers.Decide) says; IntentBatchWorker, which runs the
@@ -46,4 +46,4 @@
 // database sees a few statements per batch instead of two transactions per
 // intent. Under light load a batch is a single request and nothing waits for
 // company.
-package worker
+package riverworker

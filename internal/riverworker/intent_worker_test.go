@@ -1,4 +1,4 @@
-package worker_test
+package riverworker_test
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/riverworker"
 	"github.com/outbox-dev/outbox/internal/testdb"
-	"github.com/outbox-dev/outbox/internal/worker"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -84,7 +84,7 @@ type testBundle struct {
 	metrics *workers.Metrics
 	pool    *pgxpool.Pool
 	schema  string
-	worker  *worker.IntentWorker
+	worker  *riverworker.IntentWorker
 }
 
 type setupOpts struct {
@@ -104,7 +104,7 @@ func setup(t *testing.T, guarantee effects.Guarantee, opts *setupOpts) *testBund
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
 	require.NoError(t, err)
 	metrics := workers.NewMetrics(nil)
-	worker, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{
+	worker, err := riverworker.NewIntentWorker(pool, &riverworker.IntentWorkerConfig{
 		EffectTimeout: cmpOr(opts.effectTimeout, 2*time.Second),
 		Effects:       reg,
 		MaxAttempts:   cmpOr(opts.maxAttempts, 5),
@@ -258,7 +258,7 @@ func TestIntentWorker(t *testing.T) {
 		intent := b.enqueue(t, "k")
 		var snooze *river.JobSnoozeError
 		require.ErrorAs(t, b.work(intent, 1), &snooze)
-		require.Equal(t, worker.RetryAfterMax, snooze.Duration, "capped")
+		require.Equal(t, riverworker.RetryAfterMax, snooze.Duration, "capped")
 		// River's attempt 1 again dies mid-call (never recorded); River
 		// rescues the job as attempt 2.
 		b.effect.execute = nil
@@ -658,7 +658,7 @@ func TestIntentWorkerStaleAttempt(t *testing.T) {
 			close(resume)
 			// The stale attempt must not complete the job: River retries
 			// it, and the retry finds the intent terminal.
-			var stale *worker.StaleAttemptError
+			var stale *riverworker.StaleAttemptError
 			require.ErrorAs(t, <-staleDone, &stale)
 			require.NoError(t, b.work(intent, 3))
 			require.Equal(t, 1.0, testutil.ToFloat64(b.metrics.StaleWrites))
@@ -734,7 +734,7 @@ func TestIntentWorkerGuaranteeFromArgs(t *testing.T) {
 	require.NoError(t, err)
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
 	require.NoError(t, err)
-	worker, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{Effects: reg, Schema: schema})
+	worker, err := riverworker.NewIntentWorker(pool, &riverworker.IntentWorkerConfig{Effects: reg, Schema: schema})
 	require.NoError(t, err)
 	worker.Start()
 	defer worker.Stop()
@@ -798,7 +798,7 @@ func TestIntentWorkerDeclarationChanged(t *testing.T) {
 		require.NoError(t, err)
 		client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
 		require.NoError(t, err)
-		worker, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{EffectTimeout: time.Second, Effects: reg, Schema: schema})
+		worker, err := riverworker.NewIntentWorker(pool, &riverworker.IntentWorkerConfig{EffectTimeout: time.Second, Effects: reg, Schema: schema})
 		require.NoError(t, err)
 		worker.Start()
 		t.Cleanup(worker.Stop)
