@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/internal/worker"
+	"github.com/outbox-dev/outbox/internal/riverworker"
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -153,7 +153,7 @@ type Dispatcher struct {
 	pool      *pgxpool.Pool
 	river     *river.Client[pgx.Tx]
 	stopTO    time.Duration
-	worker    *worker.IntentWorker
+	worker    *riverworker.IntentWorker
 
 	mu            sync.Mutex
 	cancel        context.CancelFunc
@@ -255,7 +255,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	// here, as River's NewClient builds its maintenance services' configs
 	// from river.Config. Embedding the workers' configs in Config would
 	// show users types they cannot name.
-	intents, err := worker.NewIntentWorker(pool, &worker.IntentWorkerConfig{
+	intents, err := riverworker.NewIntentWorker(pool, &riverworker.IntentWorkerConfig{
 		EffectTimeout:  c.EffectTimeout,
 		Effects:        c.Effects,
 		Logger:         c.Logger,
@@ -267,7 +267,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	pruner, err := worker.NewPruneWorker(pool, &worker.PruneWorkerConfig{
+	pruner, err := riverworker.NewPruneWorker(pool, &riverworker.PruneWorkerConfig{
 		Logger:    c.Logger,
 		Retention: c.Retention,
 		Schema:    c.Schema,
@@ -276,7 +276,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 
-	reconciler, err := worker.NewReconcileWorker(pool, &worker.ReconcileWorkerConfig{
+	reconciler, err := riverworker.NewReconcileWorker(pool, &riverworker.ReconcileWorkerConfig{
 		ApprovalTTL: c.ApprovalTTL,
 		Effects:     c.Effects,
 		Interval:    c.ReconcileInterval,
@@ -293,7 +293,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	if !c.DisableBatchFirstAttempts {
-		batcher, err := worker.NewIntentBatchWorker(pool, intents, c.Workers)
+		batcher, err := riverworker.NewIntentBatchWorker(pool, intents, c.Workers)
 		if err != nil {
 			return nil, err
 		}
@@ -312,7 +312,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		if !ok {
 			return nil, errors.New("dispatcher: ApprovalWebhook needs the webhook effect enabled")
 		}
-		notice, err := worker.NewApprovalNoticeWorker(pool, &worker.ApprovalNoticeWorkerConfig{
+		notice, err := riverworker.NewApprovalNoticeWorker(pool, &riverworker.ApprovalNoticeWorkerConfig{
 			Endpoint: c.ApprovalWebhook,
 			Schema:   c.Schema,
 			TTL:      c.ApprovalTTL,
@@ -345,12 +345,12 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		// An MCP upstream's tools take as many calls at once as its
 		// children or sessions do (processes x max_in_flight): more
 		// workers would only wait for a slot, and time out not_sent.
-		if sized, ok := e.(interface{ Workers() int }); ok && sized.Workers() > 0 {
+		if sized, ok := e.(effects.QueueSizer); ok && sized.Workers() > 0 {
 			n = sized.Workers()
 		}
 		queues[queue] = river.QueueConfig{MaxWorkers: n}
 	}
-	lease := worker.Lease(c.EffectTimeout)
+	lease := riverworker.Lease(c.EffectTimeout)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     c.FetchCooldown,
 		FetchPollInterval: c.FetchPollInterval,

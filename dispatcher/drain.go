@@ -16,7 +16,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/intentdb"
-	"github.com/outbox-dev/outbox/internal/worker"
+	"github.com/outbox-dev/outbox/internal/riverworker"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -199,7 +199,7 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 		} else {
 			// Batched effects have queues of their own (above).
 			p := d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect, effect)
-			p.InsertOpts.Metadata = worker.BatchJobMetadata(namespace, effect, len(ids))
+			p.InsertOpts.Metadata = riverworker.BatchJobMetadata(namespace, effect, len(ids))
 			params = append(params, p)
 		}
 		owners = append(owners, batches[k])
@@ -305,7 +305,7 @@ func (d *drainer) announceOnce(ctx context.Context) (int, error) {
 			Args: workers.ApprovalNoticeArgs{IntentID: r.ID},
 			InsertOpts: &river.InsertOpts{
 				MaxAttempts: d.maxAttempts,
-				Metadata:    worker.JobMetadata(r.Namespace, r.Effect),
+				Metadata:    riverworker.JobMetadata(r.Namespace, r.Effect),
 				// The webhook effect's queue: a slow receiver holds up
 				// webhooks, not the maintenance jobs.
 				Queue: "webhook",
@@ -411,7 +411,7 @@ func (d *drainer) jobParams(args river.JobArgs, namespace, effect, queue string)
 			MaxAttempts: d.maxAttempts,
 			// For River UI: whose intent, of which effect, without
 			// leaving it.
-			Metadata: worker.JobMetadata(namespace, effect),
+			Metadata: riverworker.JobMetadata(namespace, effect),
 			Queue:    queue,
 		},
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
+	"github.com/outbox-dev/outbox/internal/sandbox/noop"
 	"github.com/outbox-dev/outbox/outbox"
 )
 

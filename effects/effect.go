@@ -207,6 +207,58 @@ func DedupeWindow(e Effect) time.Duration {
 	return DedupeWindowDefault
 }
 
+// Describer is implemented by effects that describe themselves in a
+// sentence or two, which the HTTP API lists as the effect's description
+// and the MCP server as its tool's: declared effects and MCP upstream
+// tools.
+type Describer interface {
+	Description() string
+}
+
+// ToolNamer is implemented by effects that name their own MCP tool: a
+// declared effect and an MCP upstream's recorded tool, whose files hold the
+// tool's name. The MCP server lists such an effect as a tool when it also
+// describes itself (Describer) and its arguments (ArgsSchemaer).
+type ToolNamer interface {
+	Tool() string
+}
+
+// ApprovalRuleChecker is implemented by effects whose arguments are known
+// from a declaration (a declared effect's file, an MCP upstream's lock):
+// CheckApprovalRule reports whether an approval rule on the argument arg
+// can hold, numeric for the comparisons <, <=, > and >=, so a rule on an
+// argument the effect never takes is refused at start-up instead of never
+// matching. The built-in effects check their own rules.
+type ApprovalRuleChecker interface {
+	CheckApprovalRule(arg string, numeric bool) error
+}
+
+// QueueSizer is implemented by effects whose River queue runs as many
+// workers as the provider takes calls at once, rather than the dispatcher's
+// Workers: an MCP upstream's recorded tools (processes x max_in_flight),
+// since more workers would only wait for a slot and time out not_sent. A
+// result of 0 or less means the dispatcher's default.
+type QueueSizer interface {
+	Workers() int
+}
+
+// UpstreamTooler is implemented by the recorded tools of an MCP upstream
+// (effects/declared, UpstreamTool): the MCP server mirrors them and waits
+// for their intents' end, and the console names the upstream and tool an
+// intent called.
+type UpstreamTooler interface {
+	// UpstreamName is the upstream's name in the declaration file.
+	UpstreamName() string
+	// UpstreamTool is the tool's name on the upstream.
+	UpstreamTool() string
+	// Wait is how long a mirrored call waits for the intent's end before
+	// answering that it is under way.
+	Wait() time.Duration
+	// Withdrawn is why the tool's calls wait (a withdrawal's code), or ""
+	// while it is served.
+	Withdrawn() string
+}
+
 // ArgError is an argument validation failure: which field, and what is wrong.
 type ArgError struct {
 	// Field is the JSON path of the offending field ("to[2]", "amount"), or

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/internal/fixture/mcpupstream"
+	"github.com/outbox-dev/outbox/internal/sandbox/mcpupstream"
 )
 
 // The examples of examples/, each run as its README says against a real

@@ -14,7 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/internal/fixture/gitlabapi"
+	"github.com/outbox-dev/outbox/integration/internal/gitlabapi"
 	"github.com/outbox-dev/outbox/outbox"
 )
 

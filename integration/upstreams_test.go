@@ -19,7 +19,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-dev/outbox/internal/fixture/mcpupstream"
+	"github.com/outbox-dev/outbox/integration/internal/mcpupstreamtest"
+	"github.com/outbox-dev/outbox/internal/sandbox/mcpupstream"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -38,7 +39,7 @@ func mcpupstreamBin(t testing.TB) string {
 			upstreamBinErr = err
 			return
 		}
-		upstreamBin, upstreamBinErr = mcpupstream.Build(context.Background(), dir)
+		upstreamBin, upstreamBinErr = mcpupstreamtest.Build(context.Background(), dir)
 	})
 	require.NoError(t, upstreamBinErr)
 	return upstreamBin
@@ -311,7 +312,7 @@ func TestUpstreams(t *testing.T) {
 		defer cancel()
 		started, err := mcpupstream.Started(u.state)
 		require.NoError(t, err)
-		_, err = mcpupstream.WaitStarted(ctx, u.state, "create_note", started["create_note"]+1)
+		_, err = mcpupstreamtest.WaitStarted(ctx, u.state, "create_note", started["create_note"]+1)
 		require.NoError(t, err, "the fault landed in a call under way")
 		p.kill9()
 		p = u.serve()
@@ -417,10 +418,10 @@ func startHTTPUpstream(t testing.TB, state, addr string) (url string, stop func(
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		cmd = exec.Command(mcpupstreamBin(t), "--http", addr)
-		cmd.Env = []string{mcpupstream.StateEnv + "=" + state}
+		cmd.Env = []string{mcpupstreamtest.StateEnv + "=" + state}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
-		if url, err = mcpupstream.StartHTTP(context.Background(), cmd); err == nil {
+		if url, err = mcpupstreamtest.StartHTTP(context.Background(), cmd); err == nil {
 			break
 		}
 		if cmd.Process != nil {

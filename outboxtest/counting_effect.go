@@ -52,6 +52,13 @@ type CountingEffect struct {
 	succeeded map[string]json.RawMessage // provider key -> result
 }
 
+// The capabilities CountingEffect has: the build breaks if a method drifts from
+// its interface.
+var (
+	_ effects.Effect     = (*CountingEffect)(nil)
+	_ effects.Reconciler = (*CountingEffect)(nil)
+)
+
 // NewCountingEffect returns a CountingEffect. A nil config is the zero
 // config. The name and guarantee are checked when the effect is registered.
 func NewCountingEffect(config *CountingEffectConfig) *CountingEffect {

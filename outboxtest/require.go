@@ -1,11 +1,13 @@
 package outboxtest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,25 +86,107 @@ func RequireEnqueuedTx(ctx context.Context, tb testing.TB, tx outbox.Executor, s
 
 func requireEnqueued(ctx context.Context, t testingT, q intentdb.Querier, schema string, expected *ExpectedIntent) *outbox.Intent {
 	t.Helper()
-	found, matching, err := find(ctx, q, schema, expected)
+	intent, failure, err := matchOne(ctx, q, schema, expected)
 	if err != nil {
 		failuref(t, "Internal failure: %s", err)
 		return nil
 	}
+	if failure != "" {
+		failuref(t, "%s", failure)
+		return nil
+	}
+	return intent
+}
+
+// matchOne returns the one intent that matches expected, or says why there
+// is not exactly one.
+func matchOne(ctx context.Context, q intentdb.Querier, schema string, expected *ExpectedIntent) (*outbox.Intent, string, error) {
+	found, matching, err := find(ctx, q, schema, expected)
+	if err != nil {
+		return nil, "", err
+	}
 	switch {
 	case len(matching) == 1:
-		return matching[0]
+		return matching[0], "", nil
 	case len(matching) > 1:
-		failuref(t, "%d intents match %s, expected one (give a Key to tell them apart):\n%s",
-			len(matching), describe(expected), list(matching))
+		return nil, fmt.Sprintf("%d intents match %s, expected one (give a Key to tell them apart):\n%s",
+			len(matching), describe(expected), list(matching)), nil
 	case len(found) == 0:
-		failuref(t, "No intent matches %s: none found in namespace %q%s",
-			describe(expected), namespace(expected), scope(expected))
+		return nil, fmt.Sprintf("No intent matches %s: none found in namespace %q%s",
+			describe(expected), namespace(expected), scope(expected)), nil
 	default:
-		failuref(t, "No intent matches %s; found in namespace %q%s:\n%s",
-			describe(expected), namespace(expected), scope(expected), list(found))
+		return nil, fmt.Sprintf("No intent matches %s; found in namespace %q%s:\n%s",
+			describe(expected), namespace(expected), scope(expected), list(found)), nil
 	}
-	return nil
+}
+
+// RequireManyEnqueued requires that each of expected matches exactly one
+// intent committed in schema, each a different one, and that they were
+// enqueued in the order given, failing the test otherwise; it returns them
+// in that order. Intents that no expectation names are ignored, as
+// River's rivertest.RequireManyInserted ignores other jobs.
+//
+//	intents := outboxtest.RequireManyEnqueued(ctx, t, pool, schema, []*outboxtest.ExpectedIntent{
+//		{Key: "order-1234-charge", Effect: "charge"},
+//		{Key: "order-1234-email", Effect: "email"},
+//	})
+//
+// See RequireManyEnqueuedTx to look in a transaction, before it commits.
+func RequireManyEnqueued(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string, expected []*ExpectedIntent) []*outbox.Intent {
+	tb.Helper()
+	return requireManyEnqueued(ctx, tb, pool, schema, expected)
+}
+
+// RequireManyEnqueuedTx is RequireManyEnqueued as tx sees the intents,
+// including those tx enqueued and has not committed.
+func RequireManyEnqueuedTx(ctx context.Context, tb testing.TB, tx outbox.Executor, schema string, expected []*ExpectedIntent) []*outbox.Intent {
+	tb.Helper()
+	return requireManyEnqueued(ctx, tb, tx, schema, expected)
+}
+
+func requireManyEnqueued(ctx context.Context, t testingT, q intentdb.Querier, schema string, expected []*ExpectedIntent) []*outbox.Intent {
+	t.Helper()
+	if len(expected) == 0 {
+		failuref(t, "No intent expected: give RequireManyEnqueued at least one, or use RequireNotEnqueued")
+		return nil
+	}
+	intents := make([]*outbox.Intent, len(expected))
+	for i, e := range expected {
+		intent, failure, err := matchOne(ctx, q, schema, e)
+		if err != nil {
+			failuref(t, "Internal failure: %s", err)
+			return nil
+		}
+		if failure != "" {
+			failuref(t, "Expected intent %d of %d: %s", i+1, len(expected), failure)
+			return nil
+		}
+		for j := range i {
+			if intents[j].ID == intent.ID && intents[j].Namespace == intent.Namespace {
+				failuref(t, "Expected intents %d and %d (%s and %s) match the same intent:\n%s",
+					j+1, i+1, describe(expected[j]), describe(e), list([]*outbox.Intent{intent}))
+				return nil
+			}
+		}
+		intents[i] = intent
+	}
+	for i := 1; i < len(intents); i++ {
+		// IDs grow with each enqueue: the order of the IDs is the order of
+		// the enqueues.
+		if intents[i].ID < intents[i-1].ID {
+			failuref(t, "Intents enqueued in another order than expected: expected intent %d (%s) was enqueued before %d (%s); in the order enqueued:\n%s",
+				i+1, describe(expected[i]), i, describe(expected[i-1]), list(enqueueOrder(intents)))
+			return nil
+		}
+	}
+	return intents
+}
+
+// enqueueOrder is intents sorted by ID, oldest first.
+func enqueueOrder(intents []*outbox.Intent) []*outbox.Intent {
+	sorted := slices.Clone(intents)
+	slices.SortFunc(sorted, func(a, b *outbox.Intent) int { return cmp.Compare(a.ID, b.ID) })
+	return sorted
 }
 
 // RequireNotEnqueued requires that no intent committed in schema matches

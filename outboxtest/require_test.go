@@ -181,6 +181,115 @@ func TestRequireEnqueued(t *testing.T) {
 	})
 }
 
+func TestRequireManyEnqueued(t *testing.T) {
+	t.Parallel()
+
+	charge := map[string]any{"customer": "cus_1", "amount": 1999, "currency": "eur"}
+	email := map[string]any{"to": "a@example.com"}
+
+	// setup enqueues a charge, an email and a charge of another order, in
+	// this order.
+	setupMany := func(t *testing.T, q func(b *testBundle) outbox.Executor) *testBundle {
+		t.Helper()
+		b := setup(t)
+		b.enqueue(t, q(b), "order-1-charge", "charge", charge)
+		b.enqueue(t, q(b), "order-1-email", "email", email)
+		b.enqueue(t, q(b), "order-2-charge", "charge", map[string]any{"customer": "cus_2", "amount": 500, "currency": "eur"})
+		return b
+	}
+	pool := func(b *testBundle) outbox.Executor { return b.pool }
+
+	t.Run("InOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setupMany(t, pool)
+
+		// The other order's charge is not named: it is ignored.
+		intents := requireManyEnqueued(t.Context(), b.mockT, b.pool, b.schema, []*ExpectedIntent{
+			{Effect: "charge", Args: charge},
+			{Key: "order-1-email", Effect: "email"},
+		})
+		require.False(t, b.mockT.failed, b.mockT.failure())
+		require.Len(t, intents, 2)
+		require.Equal(t, "order-1-charge", intents[0].Key)
+		require.Equal(t, "order-1-email", intents[1].Key)
+	})
+
+	t.Run("InATransaction", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tx, err := b.pool.Begin(t.Context())
+		require.NoError(t, err)
+		defer tx.Rollback(context.WithoutCancel(t.Context())) //nolint:errcheck // the test's end
+		b.enqueue(t, tx, "order-1-charge", "charge", charge)
+		b.enqueue(t, tx, "order-1-email", "email", email)
+
+		expected := []*ExpectedIntent{{Key: "order-1-charge"}, {Key: "order-1-email"}}
+		intents := RequireManyEnqueuedTx(t.Context(), t, tx, b.schema, expected)
+		require.Len(t, intents, 2)
+
+		// Not committed: outside the transaction, there is none.
+		requireManyEnqueued(t.Context(), b.mockT, b.pool, b.schema, expected)
+		require.True(t, b.mockT.failed)
+		require.Equal(t, `Expected intent 1 of 2: No intent matches key "order-1-charge": none found in namespace "default" with key "order-1-charge"`, b.mockT.failure())
+	})
+
+	t.Run("OtherOrderFails", func(t *testing.T) {
+		t.Parallel()
+		b := setupMany(t, pool)
+
+		requireManyEnqueued(t.Context(), b.mockT, b.pool, b.schema, []*ExpectedIntent{
+			{Key: "order-1-email"},
+			{Key: "order-1-charge"},
+		})
+		require.True(t, b.mockT.failed)
+		require.Equal(t, `Intents enqueued in another order than expected: expected intent 2 (key "order-1-charge") was enqueued before 1 (key "order-1-email"); in the order enqueued:
+    key "order-1-charge", effect "charge", state pending, args {"amount": 1999, "currency": "eur", "customer": "cus_1"}
+    key "order-1-email", effect "email", state pending, args {"to": "a@example.com"}`, b.mockT.failure())
+	})
+
+	t.Run("MissingFails", func(t *testing.T) {
+		t.Parallel()
+		b := setupMany(t, pool)
+
+		requireManyEnqueued(t.Context(), b.mockT, b.pool, b.schema, []*ExpectedIntent{
+			{Key: "order-1-charge"},
+			{Key: "order-1-ticket"},
+		})
+		require.True(t, b.mockT.failed)
+		require.Equal(t, `Expected intent 2 of 2: No intent matches key "order-1-ticket": none found in namespace "default" with key "order-1-ticket"`, b.mockT.failure())
+	})
+
+	t.Run("AmbiguousFails", func(t *testing.T) {
+		t.Parallel()
+		b := setupMany(t, pool)
+
+		requireManyEnqueued(t.Context(), b.mockT, b.pool, b.schema, []*ExpectedIntent{{Effect: "charge"}})
+		require.True(t, b.mockT.failed)
+		require.True(t, strings.HasPrefix(b.mockT.failure(), `Expected intent 1 of 1: 2 intents match effect "charge", expected one`), b.mockT.failure())
+	})
+
+	t.Run("SameIntentTwiceFails", func(t *testing.T) {
+		t.Parallel()
+		b := setupMany(t, pool)
+
+		requireManyEnqueued(t.Context(), b.mockT, b.pool, b.schema, []*ExpectedIntent{
+			{Key: "order-1-email"},
+			{Effect: "email"},
+		})
+		require.True(t, b.mockT.failed)
+		require.True(t, strings.HasPrefix(b.mockT.failure(), `Expected intents 1 and 2 (key "order-1-email" and effect "email") match the same intent:`), b.mockT.failure())
+	})
+
+	t.Run("NoneExpectedFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		requireManyEnqueued(t.Context(), b.mockT, b.pool, b.schema, nil)
+		require.True(t, b.mockT.failed)
+		require.Contains(t, b.mockT.failure(), "RequireNotEnqueued")
+	})
+}
+
 func TestRequireNotEnqueued(t *testing.T) {
 	t.Parallel()
 

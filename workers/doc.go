@@ -9,5 +9,5 @@
 //
 // The workers themselves are run, and configured, by the dispatcher
 // (package dispatcher); how an attempt is ordered, and why that is cheap,
-// is told in internal/worker's documentation.
+// is told in internal/riverworker's documentation.
 package workers

@@ -52,6 +52,14 @@ type Effect struct {
 	logger *slog.Logger
 }
 
+// The capabilities Effect has: the build breaks if a method drifts from
+// its interface.
+var (
+	_ effects.Effect         = (*Effect)(nil)
+	_ effects.ArgsSchemaer   = (*Effect)(nil)
+	_ effects.DedupeWindower = (*Effect)(nil)
+)
+
 // New returns the charge effect.
 func New(config *Config) (*Effect, error) {
 	if config == nil || config.APIKey == "" {

@@ -57,6 +57,20 @@ type Effect struct {
 	onRuleError func(effect string)
 }
 
+// The capabilities Effect has: the build breaks if a method drifts from
+// its interface.
+var (
+	_ effects.Effect              = (*Effect)(nil)
+	_ effects.ApprovalRuleChecker = (*Effect)(nil)
+	_ effects.ArgsSchemaer        = (*Effect)(nil)
+	_ effects.Declarer            = (*Effect)(nil)
+	_ effects.DedupeWindower      = (*Effect)(nil)
+	_ effects.Describer           = (*Effect)(nil)
+	_ effects.Reconciler          = (*Effect)(nil)
+	_ effects.RequestReconciler   = (*Effect)(nil)
+	_ effects.ToolNamer           = (*Effect)(nil)
+)
+
 // requestDecl is a compiled request: the effect's, or its look-up's.
 type requestDecl struct {
 	method     string

@@ -114,6 +114,13 @@ type Effect struct {
 	user      string
 }
 
+// The capabilities Effect has: the build breaks if a method drifts from
+// its interface.
+var (
+	_ effects.Effect       = (*Effect)(nil)
+	_ effects.ArgsSchemaer = (*Effect)(nil)
+)
+
 // New returns the email effect.
 func New(config *Config) (*Effect, error) {
 	if config == nil {

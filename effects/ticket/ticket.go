@@ -58,6 +58,14 @@ type Effect struct {
 	url    string
 }
 
+// The capabilities Effect has: the build breaks if a method drifts from
+// its interface.
+var (
+	_ effects.Effect       = (*Effect)(nil)
+	_ effects.ArgsSchemaer = (*Effect)(nil)
+	_ effects.Reconciler   = (*Effect)(nil)
+)
+
 // New returns the ticket effect.
 func New(config *Config) (*Effect, error) {
 	if config == nil || config.URL == "" || config.Email == "" || config.Token == "" {

@@ -157,6 +157,14 @@ type Effect struct {
 	now       func() time.Time
 }
 
+// The capabilities Effect has: the build breaks if a method drifts from
+// its interface.
+var (
+	_ effects.Effect         = (*Effect)(nil)
+	_ effects.ArgsSchemaer   = (*Effect)(nil)
+	_ effects.ArgsGuaranteer = (*Effect)(nil)
+)
+
 // New returns the webhook effect.
 func New(config *Config) (*Effect, error) {
 	if config == nil || len(config.Endpoints) == 0 {

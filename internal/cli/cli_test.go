@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -125,6 +126,22 @@ func TestHelp(t *testing.T) {
 		res := runEnv(t, nil, nil, "--help")
 		for _, name := range []string{"DATABASE_URL", "OUTBOX_SCHEMA", "OUTBOX_EFFECT_TIMEOUT", "OUTBOX_SANDBOX"} {
 			require.Contains(t, res.stdout, name)
+		}
+	})
+
+	// Every row of the environment table names its variable: a setting
+	// read from no variable (a field without an env tag) has no row.
+	t.Run("EveryEnvironmentRowNamesAVariable", func(t *testing.T) {
+		t.Parallel()
+		res := runEnv(t, nil, nil, "--help")
+		_, table, found := strings.Cut(res.stdout, "Environment (variable, default, meaning):\n")
+		require.True(t, found, res.stdout)
+		table, _, _ = strings.Cut(table, "\n\n")
+		row := regexp.MustCompile(`^  [A-Z][A-Z0-9_]*[A-Z0-9] +\S`)
+		rows := strings.Split(table, "\n")
+		require.Greater(t, len(rows), 20, table)
+		for _, line := range rows {
+			require.Regexp(t, row, line, "a row of the environment table without a variable")
 		}
 	})
 }

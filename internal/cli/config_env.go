@@ -112,6 +112,11 @@ func writeEnvHelp(w io.Writer) {
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range fields {
+		if envName(f.Name) == "" {
+			// The unexported fields: what the variables parse into, and
+			// what a command sets itself; no variable of their own.
+			continue
+		}
 		def := envDefault(f.Name)
 		if def == "" {
 			def = "-"

@@ -7,16 +7,14 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"slices"
 	"syscall"
-	"time"
 
-	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/demo"
-	"github.com/outbox-dev/outbox/internal/pgcluster"
-	"github.com/outbox-dev/outbox/migrations"
-	"github.com/outbox-dev/outbox/outbox"
+	"github.com/outbox-dev/outbox/internal/sandbox"
 )
 
 var cmdDemo = &command{
@@ -79,8 +77,8 @@ func (a *app) demo(ctx context.Context, args []string) error {
 
 	out := demo.NewOutput(a.stdout)
 	out.Printf("outbox demo: one charge, asked for by an agent that repeats itself, with and without outbox\n\n")
-	de, err := startDemoEnv(ctx, cfg, logger, out)
-	defer de.stop()
+	de, err := demo.StartEnv(ctx, demoEnvConfig(cfg, logger), out)
+	defer de.Stop()
 	if err != nil {
 		return err
 	}
@@ -137,141 +135,40 @@ func resolveCommand(baseURL, key string, auth bool) string {
 		authHeader, baseURL, url.PathEscape(key))
 }
 
-// demoEnv is what the demo runs: a database, the sandbox's providers, and
-// outboxd's dispatcher and HTTP server.
-type demoEnv struct {
-	demo.Env
-
-	stops []func()
-}
-
-// stop stops what was started, last first.
-func (e *demoEnv) stop() {
-	for _, stop := range slices.Backward(e.stops) {
-		stop()
+// demoEnvConfig is what the demo's environment takes from outboxd's
+// settings: serve's pool, effects and daemon, on the database and schema the
+// demo chooses (demo.StartEnv).
+func demoEnvConfig(cfg *Config, logger *slog.Logger) *demo.EnvConfig {
+	return &demo.EnvConfig{
+		ConnectFunc: func(ctx context.Context, databaseURL, schema string) (*pgxpool.Pool, error) {
+			if err := cfg.setDatabaseURL(databaseURL); err != nil {
+				return nil, err
+			}
+			cfg.Schema = schema
+			return connect(ctx, cfg, 20)
+		},
+		DaemonConfigFunc:    func(registry *effects.Registry) *daemon.Config { return daemonConfig(cfg, registry, logger) },
+		DatabaseURL:         cfg.DatabaseURL,
+		DatabaseURLRedacted: redactDatabaseURL(cfg.DatabaseURL),
+		Logger:              logger,
+		RegistryFunc: func(pool *pgxpool.Pool, sb *sandbox.Sandbox) (*effects.Registry, error) {
+			// The provider effects only, pointed at the stand-ins: the
+			// demo has no use for the noop effects.
+			effectsCfg := *cfg
+			effectsCfg.Sandbox = false
+			// A declared effect (OUTBOX_EFFECTS_FILE) goes to loopback
+			// hosts only: the demo never calls a real provider.
+			effectsCfg.loopbackEffects = true
+			return buildRegistry(&effectsCfg, pool, logger, sandboxSettings(sb.Stripe.URL(), sb.SMTP.Addr(),
+				sb.Zendesk.URL(), sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true), sb.Webhooks.Secret()))
+		},
+		SandboxFunc: func() (*sandbox.Sandbox, error) { return startSandbox(logger) },
+		StripeKey:   sandboxStripeKey,
+		Tokens:      cfg.Tokens(),
+		Upstream: demo.UpstreamConfig{
+			ObserveCallFunc: func(u, t, o string) { upstreamCalls.WithLabelValues(u, t, o).Inc() },
+			Taken:           reservedTaken(),
+			Version:         version(),
+		},
 	}
-}
-
-// startDemoEnv starts everything the story needs and says what it started.
-// It returns the environment also on error, for stopping what did start.
-func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *demo.Output) (*demoEnv, error) {
-	env := &demoEnv{Env: demo.Env{Namespace: outbox.NamespaceDefault, StripeKey: sandboxStripeKey}}
-	cfg.Schema = demo.Schema
-	dbLine := "DATABASE_URL " + redactDatabaseURL(cfg.DatabaseURL) + ", schema " + demo.Schema
-	if cfg.DatabaseURL == "" {
-		done := out.Progress("starting a throwaway PostgreSQL (initdb, pg_ctl)")
-		cluster, err := pgcluster.Start(ctx, &pgcluster.Config{Logger: logger})
-		done()
-		if err != nil {
-			return env, fmt.Errorf("error starting a throwaway PostgreSQL (set DATABASE_URL to use a database of yours): %w", err)
-		}
-		env.stops = append(env.stops, func() { _ = cluster.Stop(context.Background()) })
-		if err := cfg.setDatabaseURL(cluster.URL()); err != nil {
-			return env, err
-		}
-		cfg.Schema = outbox.SchemaDefault
-		dbLine = "a throwaway PostgreSQL on a Unix socket in " + cluster.SocketDir() + " (no TCP listener), removed on exit"
-	}
-
-	pool, err := connect(ctx, cfg, 20)
-	if err != nil {
-		return env, err
-	}
-	env.stops = append(env.stops, pool.Close)
-	done := out.Progress("migrating schema " + cfg.Schema)
-	migrator, err := migrations.New(pool, cfg.Schema)
-	if err == nil {
-		_, err = migrator.Up(ctx)
-	}
-	done()
-	if err != nil {
-		return env, err
-	}
-
-	sb, err := startSandbox(logger)
-	if err != nil {
-		return env, err
-	}
-	env.Sandbox = sb
-	env.stops = append(env.stops, sb.Close)
-	// The provider effects only, pointed at the stand-ins: the demo has no
-	// use for the noop effects.
-	effectsCfg := *cfg
-	effectsCfg.Sandbox = false
-	// A declared effect (OUTBOX_EFFECTS_FILE) goes to loopback hosts only:
-	// the demo never calls a real provider.
-	effectsCfg.loopbackEffects = true
-	registry, err := buildRegistry(&effectsCfg, pool, logger, sandboxSettings(sb.Stripe.URL(), sb.SMTP.Addr(),
-		sb.Zendesk.URL(), sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true), sb.Webhooks.Secret()))
-	if err != nil {
-		return env, err
-	}
-
-	// An MCP server behind outbox (part 5), in this process on loopback.
-	up, err := startDemoUpstream(ctx, logger)
-	if err != nil {
-		return env, err
-	}
-	env.stops = append(env.stops, up.stop)
-	if err := up.register(registry); err != nil {
-		return env, err
-	}
-	env.Upstream = &demo.Upstream{URL: up.url, Tool: "create_note", Mirrored: "demo_create_note", Effects: up.notes}
-
-	// Gauges refreshed every second: someone who opens /metrics after the
-	// story should see it.
-	dcfg := daemonConfig(cfg, registry, logger)
-	for _, p := range up.catalog.Passthrough {
-		dcfg.MCP.Passthrough = append(dcfg.MCP.Passthrough, p)
-	}
-	dcfg.Dispatcher.EffectTimeout = demo.ClientTimeout
-	dcfg.GaugeRefreshInterval = time.Second
-	dcfg.Dispatcher.Workers = demo.Workers
-	dcfg.ApprovalRules, err = outbox.ParseApprovalRules(demo.ApprovalRule)
-	if err != nil {
-		return env, err
-	}
-	d, err := daemon.Start(ctx, pool, dcfg)
-	if err != nil {
-		return env, err
-	}
-	env.stops = append(env.stops, func() { _ = d.Stop(context.Background()) })
-	env.Client, env.Daemon = d.Client, d
-	env.Token, env.Namespace = demoToken(cfg.Tokens())
-	env.BaseURL = "http://" + d.Addr()
-
-	tw := out.Table()
-	fmt.Fprintf(tw, "  database\t%s\n", dbLine)
-	fmt.Fprintf(tw, "  providers\tthe sandbox's stand-ins on loopback: Stripe-like %s, SMTP sink %s, Zendesk-like %s\n",
-		sb.Stripe.URL(), sb.SMTP.Addr(), sb.Zendesk.URL())
-	fmt.Fprintf(tw, "  outboxd\tschema %s migrated, dispatcher running (OUTBOX_EFFECT_TIMEOUT=%s), HTTP on %s\n",
-		cfg.Schema, demo.ClientTimeout, env.BaseURL)
-	if env.Token == "" {
-		fmt.Fprintf(tw, "  warning\tno API tokens: the API, /mcp and River UI answer anything on this machine (OUTBOX_ALLOW_NO_AUTH)\n")
-	}
-	tw.Flush() //nolint:errcheck // the writer's errors are its own
-	return env, nil
-}
-
-// demoToken picks the bearer token the demo's agent sends when tokens are
-// configured: namespace default's, else the first namespace's.
-func demoToken(tokens []access.Token) (token, namespace string) {
-	var first *access.Token
-	for i, t := range tokens {
-		// The story enqueues: a reader's token cannot; a token given by
-		// its hash cannot be sent.
-		if t.Secret() == "" || !t.Role.Allows(access.RoleAgent) {
-			continue
-		}
-		if t.Namespace == outbox.NamespaceDefault {
-			return t.Secret(), t.Namespace
-		}
-		if first == nil {
-			first = &tokens[i]
-		}
-	}
-	if first == nil {
-		return "", outbox.NamespaceDefault
-	}
-	return first.Secret(), first.Namespace
 }

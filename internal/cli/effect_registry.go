@@ -21,9 +21,9 @@ import (
 	"github.com/outbox-dev/outbox/effects/email"
 	"github.com/outbox-dev/outbox/effects/ticket"
 	"github.com/outbox-dev/outbox/effects/webhook"
-	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/sandbox"
+	"github.com/outbox-dev/outbox/internal/sandbox/noop"
 )
 
 // sandboxEffects are the noop effects OUTBOX_SANDBOX=true enables, one per
@@ -295,9 +295,7 @@ func checkDeclaredApprovalRules(cfg *Config, registry *effects.Registry) error {
 		}
 		// Declared effects and recorded MCP upstream tools have schemas
 		// from the file or the lock; the built-ins check their own.
-		d, ok := e.(interface {
-			CheckApprovalRule(arg string, numeric bool) error
-		})
+		d, ok := e.(effects.ApprovalRuleChecker)
 		if !ok {
 			continue
 		}

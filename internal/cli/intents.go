@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,8 +38,10 @@ Subcommands:
 		args: "[--state S[,S...]] [--effect E] [--limit N] [--cursor C] [--namespace NS] [--json]",
 		doc: `Lists intents, newest first, as a table (key, state, effect, attempts,
 created_at) or with --json as {"intents": [...], "next_cursor": ...}, where
-next_cursor is null on the last page. When there are more, the table is
-followed by a note on stderr giving the --cursor of the next page.`,
+next_cursor is null on the last page. The table lists one namespace
+(--namespace, else OUTBOX_NAMESPACE): a note on stderr above it names that
+namespace, and the others the API tokens name. When there are more, the
+table is followed by a note on stderr giving the --cursor of the next page.`,
 	}
 	cmdIntentsShow = &command{
 		name: "intents show",
@@ -140,6 +143,11 @@ func (a *app) intentsList(ctx context.Context, args []string) error {
 		}
 		return writeJSON(a.stdout, out)
 	}
+	// Which namespace this is, before the table: an empty table of
+	// namespace default is otherwise easy to take for no intents at all
+	// when the tokens name another. On stderr, as the cursor's note, so
+	// that stdout stays the table.
+	fmt.Fprintln(a.stderr, listedNamespaceNote(cfg))
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tEFFECT\tATTEMPTS\tCREATED_AT")
 	for _, i := range res.Intents {
@@ -152,6 +160,23 @@ func (a *app) intentsList(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stderr, "more intents: add --cursor %s\n", res.NextCursor)
 	}
 	return nil
+}
+
+// listedNamespaceNote says which namespace intents list read, how to choose
+// another, and which others the API tokens name.
+func listedNamespaceNote(cfg *Config) string {
+	note := "namespace " + cfg.Namespace + " (another: --namespace NS or OUTBOX_NAMESPACE"
+	var others []string
+	for _, t := range cfg.Tokens() {
+		if t.Namespace != cfg.Namespace && !slices.Contains(others, t.Namespace) {
+			others = append(others, t.Namespace)
+		}
+	}
+	if len(others) > 0 {
+		slices.Sort(others)
+		note += "; the API tokens also name " + strings.Join(others, ", ")
+	}
+	return note + ")"
 }
 
 // waitRereadTimeout bounds show --wait's last read after its wait ended.

@@ -35,6 +35,26 @@ func TestIntents(t *testing.T) {
 		require.Regexp(t, `^KEY\s+STATE\s+EFFECT\s+ATTEMPTS\s+CREATED_AT$`, lines[0])
 		require.Regexp(t, `^b-1\s+pending\s+noop_at_most_once\s+0\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, lines[1])
 		require.Regexp(t, `^a-1\s+pending\s+noop\s+0\s+`, lines[4])
+		require.Equal(t, "namespace default (another: --namespace NS or OUTBOX_NAMESPACE)\n", res.stderr)
+	})
+
+	// With the API tokens in namespace shop and OUTBOX_NAMESPACE unset, the
+	// table of namespace default is empty: the listing says whose it is,
+	// how to choose another, and that the tokens name shop.
+	t.Run("ListSaysWhichNamespace", func(t *testing.T) {
+		env := with(bundle.env, "OUTBOX_API_TOKENS", "shop-token-0123456789:shop:agent,ops-token-0123456789:shop:operator")
+		res := runEnv(t, env, nil, "intents", "list", "--state", "succeeded")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Equal(t, "KEY  STATE  EFFECT  ATTEMPTS  CREATED_AT\n", res.stdout)
+		require.Equal(t, "namespace default (another: --namespace NS or OUTBOX_NAMESPACE; the API tokens also name shop)\n", res.stderr)
+
+		res = runEnv(t, env, nil, "intents", "list", "--namespace", "shop")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Equal(t, "namespace shop (another: --namespace NS or OUTBOX_NAMESPACE)\n", res.stderr)
+
+		// JSON is for programs: no note.
+		res = runEnv(t, env, nil, "intents", "list", "--json")
+		require.Equal(t, 0, res.code, res.stderr)
 		require.Empty(t, res.stderr)
 	})
 

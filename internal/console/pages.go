@@ -194,10 +194,7 @@ func (h *Handler) intent(w http.ResponseWriter, r *http.Request, p *principal) {
 	}
 	if e, ok := h.client.Effects().Get(intent.Effect); ok {
 		v.Guarantee = string(effects.GuaranteeOf(e, intent.Args))
-		if u, ok := e.(interface {
-			UpstreamName() string
-			UpstreamTool() string
-		}); ok {
+		if u, ok := e.(effects.UpstreamTooler); ok {
 			v.Upstream, v.UpstreamTool = u.UpstreamName(), u.UpstreamTool()
 		}
 	}

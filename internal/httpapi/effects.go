@@ -64,7 +64,7 @@ func newEffectsAnswer(registry *effects.Registry, tools []*mcpserver.EffectTool)
 		if _, ok := e.(effects.ArgsGuaranteer); ok {
 			info.GuaranteeDependsOnArgs = true
 		}
-		if d, ok := e.(interface{ Description() string }); ok {
+		if d, ok := e.(effects.Describer); ok {
 			info.Description = d.Description()
 		}
 		if info.Guarantee == effects.GuaranteeDeduplicated || info.GuaranteeDependsOnArgs {

@@ -68,9 +68,9 @@ type EffectTool struct {
 // HTTP effect (effects/declared), whose file holds the tool's name, its
 // description and the args' JSON Schema.
 type describedEffect interface {
-	Tool() string
-	Description() string
-	ArgsSchema() json.RawMessage
+	effects.ToolNamer
+	effects.Describer
+	effects.ArgsSchemaer
 }
 
 // ToolsFor returns EffectTools() and a tool for each effect of registry that

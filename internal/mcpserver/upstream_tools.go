@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -34,11 +34,8 @@ type PassthroughTool interface {
 // result (effects/declared, UpstreamTool).
 type upstreamEffect interface {
 	describedEffect
-	UpstreamName() string
-	UpstreamTool() string
-	Wait() time.Duration
-	Namespaces() []string
-	Withdrawn() string
+	effects.UpstreamTooler
+	effects.NamespaceScoper
 }
 
 // visibleIn reports whether a tool limited to namespaces is listed for

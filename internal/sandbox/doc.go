@@ -18,4 +18,9 @@
 //
 // The stand-ins are for development and tests: they listen on loopback only,
 // keep everything in memory and forget it when closed.
+//
+// Everything under this directory is a stand-in that outboxd runs on
+// purpose, and ships in it: this package, the noop effect (package noop)
+// and the demo's MCP server (package mcpupstream). What only tests use
+// lives with the tests, under integration/internal.
 package sandbox
