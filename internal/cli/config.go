@@ -7,11 +7,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sethvargo/go-envconfig"
 
-	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/effects/webhook"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/outbox"
+
+	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 // Config is outboxd's configuration, read from the environment (README,
@@ -236,7 +237,7 @@ type Config struct {
 	// upstreams are the MCP upstreams of EffectsFile bound to their lock,
 	// once a registry was built: their pass-through tools, connections and
 	// drift watch.
-	upstreams *declared.Catalog
+	upstreams *upstream.Catalog
 
 	// loopbackEffects sends declared effects only to loopback hosts, as the
 	// sandbox does: the demo sets it.

@@ -10,6 +10,8 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/internal/fixture/mcpupstream"
+
+	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 // demoUpstreamFile declares the demo's MCP server: a notes server whose
@@ -28,7 +30,7 @@ const demoUpstreamFile = `upstreams:
 type demoUpstream struct {
 	url     string
 	state   string
-	catalog *declared.Catalog
+	catalog *upstream.Catalog
 	stop    func()
 }
 
@@ -60,7 +62,7 @@ func startDemoUpstream(ctx context.Context, logger *slog.Logger) (*demoUpstream,
 		cancel()
 		_ = os.RemoveAll(state)
 	}
-	file, err := declared.ParseFile("demo upstream", []byte(demoUpstreamFile), &declared.Config{
+	file, err := upstream.ParseFile("demo upstream", []byte(demoUpstreamFile), &declared.Config{
 		LookupEnv:    func(name string) (string, bool) { return u.url, name == "DEMO_NOTES_URL" },
 		LoopbackOnly: true,
 	})
@@ -75,22 +77,22 @@ func startDemoUpstream(ctx context.Context, logger *slog.Logger) (*demoUpstream,
 }
 
 // pinAndBind pins the file's upstreams in memory and binds them.
-func pinAndBind(ctx context.Context, file *declared.File, logger *slog.Logger) (*declared.Catalog, error) {
-	lock := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{}}
+func pinAndBind(ctx context.Context, file *upstream.File, logger *slog.Logger) (*upstream.Catalog, error) {
+	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{}}
 	for _, up := range file.Upstreams {
-		conn := declared.NewUpstreamConn(up, &declared.UpstreamConnConfig{Version: version()})
+		conn := upstream.NewConn(up, &upstream.ConnConfig{Version: version()})
 		server, listed, err := conn.ListTools(ctx)
 		conn.Close()
 		if err != nil {
 			return nil, err
 		}
-		entry, problems := up.Pin(server, listed, &declared.PinOpts{Taken: reservedTaken()})
+		entry, problems := up.Pin(server, listed, &upstream.PinOpts{Taken: reservedTaken()})
 		if len(problems) > 0 {
 			return nil, fmt.Errorf("%s", problems[0])
 		}
 		lock.Upstreams[up.Name()] = entry
 	}
-	return declared.Bind(file, lock, &declared.BindConfig{Logger: logger, Version: version(),
+	return upstream.Bind(file, lock, &upstream.BindConfig{Logger: logger, Version: version(),
 		ObserveCallFunc: func(u, t, o string) { upstreamCalls.WithLabelValues(u, t, o).Inc() }})
 }
 

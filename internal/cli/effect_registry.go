@@ -24,6 +24,8 @@ import (
 	"github.com/outbox-dev/outbox/internal/fixture/noop"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/sandbox"
+
+	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 // sandboxEffects are the noop effects OUTBOX_SANDBOX=true enables, one per
@@ -349,21 +351,21 @@ func effectsLockPath(cfg *Config, file string) string {
 	if cfg.EffectsLock != "" {
 		return cfg.EffectsLock
 	}
-	return declared.LockPath(file)
+	return upstream.LockPath(file)
 }
 
 // bindUpstreams binds the file's MCP upstreams to their lock. A file with
 // upstreams and no (matching) lock refuses start, naming the command.
-func bindUpstreams(cfg *Config, file *declared.File, logger *slog.Logger) (*declared.Catalog, error) {
+func bindUpstreams(cfg *Config, file *upstream.File, logger *slog.Logger) (*upstream.Catalog, error) {
 	if len(file.Upstreams) == 0 {
-		return &declared.Catalog{}, nil
+		return &upstream.Catalog{}, nil
 	}
 	lockPath := effectsLockPath(cfg, cfg.EffectsFile)
-	lock, err := declared.ReadLock(lockPath)
+	lock, err := upstream.ReadLock(lockPath)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	catalog, err := declared.Bind(file, lock, &declared.BindConfig{
+	catalog, err := upstream.Bind(file, lock, &upstream.BindConfig{
 		EffectsPath:      cfg.EffectsFile,
 		LockPath:         lockPath,
 		Logger:           logger.With(slog.String("component", "upstreams")),
@@ -395,7 +397,7 @@ func passthroughTools(cfg *Config) []mcpserver.PassthroughTool {
 
 // loadDeclaredFile loads the declared effects and upstreams of file (nil
 // when file is empty), with loadDeclared's rules.
-func loadDeclaredFile(cfg *Config, file string, noEnv bool, onRuleError func(string)) (*declared.File, error) {
+func loadDeclaredFile(cfg *Config, file string, noEnv bool, onRuleError func(string)) (*upstream.File, error) {
 	if file == "" {
 		return nil, nil
 	}
@@ -404,7 +406,7 @@ func loadDeclaredFile(cfg *Config, file string, noEnv bool, onRuleError func(str
 	if cfg.lookuper != nil {
 		lookupEnv = cfg.lookuper.Lookup
 	}
-	return declared.LoadFile(file, &declared.Config{
+	return upstream.LoadFile(file, &declared.Config{
 		EffectTimeout: cfg.EffectTimeout,
 		LookupEnv:     lookupEnv,
 		LoopbackOnly:  cfg.Sandbox || cfg.loopbackEffects,

@@ -15,6 +15,8 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
+
+	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 var (
@@ -109,7 +111,7 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	// Against the lock, when there is one: markers, key_arg and look-ups
 	// against the pinned schemas.
 	lockPath := effectsLockPath(cfg, positional[0])
-	lock, err := declared.ReadLock(lockPath)
+	lock, err := upstream.ReadLock(lockPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		fmt.Fprintf(a.stdout, "%s: %d effects, %d upstreams, valid offline (no lock %s: outboxd effects pin writes it)\n", positional[0], len(effs), len(file.Upstreams), lockPath)
@@ -120,7 +122,7 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	if _, problems := repin(file, lock); len(problems) > 0 {
 		return fmt.Errorf("%s against %s:\n  %s", positional[0], lockPath, strings.Join(problems, "\n  "))
 	}
-	catalog, err := declared.Bind(file, lock, &declared.BindConfig{EffectsPath: positional[0], LockPath: lockPath})
+	catalog, err := upstream.Bind(file, lock, &upstream.BindConfig{EffectsPath: positional[0], LockPath: lockPath})
 	if err != nil {
 		return err
 	}
@@ -151,12 +153,12 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 
 // repin classifies a lock's listings again under the file's declarations,
 // as pin would: the problems a declaration has with the pinned schemas.
-func repin(file *declared.File, lock *declared.Lock) (*declared.Lock, []string) {
+func repin(file *upstream.File, lock *upstream.Lock) (*upstream.Lock, []string) {
 	taken := reservedTaken()
 	for _, e := range file.Effects {
 		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
 	}
-	out := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{}}
+	out := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{}}
 	var problems []string
 	for _, u := range file.Upstreams {
 		lu := lock.Upstreams[u.Name()]
@@ -168,9 +170,9 @@ func repin(file *declared.File, lock *declared.Lock) (*declared.Lock, []string) 
 		for _, lt := range lu.Tools {
 			listed = append(listed, &mcp.Tool{Name: lt.Name, Description: lt.Description, InputSchema: lt.InputSchema, Annotations: lt.Annotations})
 		}
-		entry, p := u.Pin(lu.Server, listed, &declared.PinOpts{Taken: taken})
+		entry, p := u.Pin(lu.Server, listed, &upstream.PinOpts{Taken: taken})
 		for _, lt := range entry.Tools {
-			if lt.Mirrored != "" && lt.Class != declared.ClassWithdrawn {
+			if lt.Mirrored != "" && lt.Class != upstream.ClassWithdrawn {
 				taken[lt.Mirrored] = "upstream " + u.Name()
 			}
 		}
@@ -222,22 +224,22 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 	for _, e := range file.Effects {
 		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
 	}
-	lock := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{}}
+	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{}}
 	var problems []string
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UPSTREAM\tTOOL\tMIRRORED\tCLASS\tGUARANTEE")
 	for _, u := range file.Upstreams {
-		conn := declared.NewUpstreamConn(u, &declared.UpstreamConnConfig{Version: version()})
+		conn := upstream.NewConn(u, &upstream.ConnConfig{Version: version()})
 		server, listed, err := conn.ListTools(ctx)
 		conn.Close()
 		if err != nil {
 			return fmt.Errorf("upstream %s (%s): %w", u.Name(), u.Transport(), err)
 		}
-		entry, p := u.Pin(server, listed, &declared.PinOpts{Taken: taken})
+		entry, p := u.Pin(server, listed, &upstream.PinOpts{Taken: taken})
 		problems = append(problems, p...)
 		lock.Upstreams[u.Name()] = entry
 		for _, lt := range entry.Tools {
-			if lt.Class != declared.ClassWithdrawn {
+			if lt.Class != upstream.ClassWithdrawn {
 				taken[lt.Mirrored] = "upstream " + u.Name() + " tool " + lt.Name
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Name(), lt.Name, orDash(lt.Mirrored), lt.Class, orDash(string(lt.Guarantee)))
@@ -248,7 +250,7 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 	}
 	for _, u := range file.Upstreams {
 		for _, lt := range lock.Upstreams[u.Name()].Tools {
-			if lt.Class == declared.ClassRecorded && lt.Guarantee == effects.GuaranteeAtMostOnce && !u.HasOutcomeRules(lt.Name) {
+			if lt.Class == upstream.ClassRecorded && lt.Guarantee == effects.GuaranteeAtMostOnce && !u.HasOutcomeRules(lt.Name) {
 				fmt.Fprintf(a.stderr, "warning: upstream %s tool %s is at_most_once without outcome rules: every isError answer and every lost answer ends unknown for an operator\n", u.Name(), lt.Name)
 			}
 		}
@@ -257,7 +259,7 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 		return fmt.Errorf("nothing pinned:\n  %s", strings.Join(problems, "\n  "))
 	}
 	lockPath := effectsLockPath(cfg, path)
-	if err := declared.WriteLock(lockPath, lock); err != nil {
+	if err := upstream.WriteLock(lockPath, lock); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "pinned %d upstreams into %s\n", len(file.Upstreams), lockPath)
@@ -304,7 +306,7 @@ func (a *app) effectsList(ctx context.Context, args []string) error {
 		if _, ok := e.(*declared.Effect); ok {
 			item.Source = "declared"
 		}
-		if t, ok := e.(*declared.UpstreamTool); ok {
+		if t, ok := e.(*upstream.Tool); ok {
 			item.Source = "upstream " + t.UpstreamName() + " (" + t.UpstreamTool() + ", recorded)"
 		}
 		if _, ok := e.(effects.ArgsGuaranteer); ok {
