@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -160,40 +159,10 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 		}
 	}
 
-	if rules, ok := m.Get("outcome"); ok {
-		list, ok := rules.([]any)
-		if !ok {
-			return nil, fail("outcome", "must be a list of rules")
-		}
-		for i, r := range list {
-			field := fmt.Sprintf("outcome[%d]", i)
-			rm, ok := r.(effectfile.Map)
-			if !ok {
-				return nil, fail(field, "must be a mapping with when and class")
-			}
-			if err := knownIn(rm, field+".", []string{"when", "class", "code"}, fail); err != nil {
-				return nil, err
-			}
-			when, _ := rm.Get("when")
-			whenS, _ := when.(string)
-			cond, err := compileMCPCondition(whenS, false, cel.BoolType)
-			if err != nil {
-				return nil, fail(field+".when", "%v", err)
-			}
-			class, _ := rm.Get("class")
-			classS, _ := class.(string)
-			if !slices.Contains([]string{effectfile.ClassSuccess, effectfile.ClassNotSent, effectfile.ClassPermanent, effectfile.ClassAmbiguous}, classS) {
-				return nil, fail(field+".class", "must be success, not_sent, permanent or ambiguous, not %v", class)
-			}
-			code := ""
-			if c, ok := rm.Get("code"); ok {
-				code, _ = c.(string)
-				if !effectfile.CodeRE.MatchString(code) {
-					return nil, fail(field+".code", "an error code is snake_case, such as already_exists")
-				}
-			}
-			td.rules = append(td.rules, effectfile.Rule{When: cond, Class: classS, Code: code})
-		}
+	if td.rules, err = effectfile.ParseOutcome(m, func(expr string) (*effectfile.Condition, error) {
+		return compileMCPCondition(expr, false, cel.BoolType)
+	}, fail); err != nil {
+		return nil, err
 	}
 	return td, nil
 }

@@ -71,6 +71,31 @@ func TestUpstreamsRefused(t *testing.T) {
 	}
 }
 
+// An upstream tool's outcome rules are checked by the parser of HTTP
+// effects' rules: every problem of every rule is reported, each with its
+// line, not only the first.
+func TestUpstreamOutcomeEveryProblem(t *testing.T) {
+	t.Parallel()
+	const file = "upstreams:\n  gh:\n    command: [server]\n    tools:\n      create_issue:\n        outcome:\n" +
+		"          - {when: 'error.code == \"x\"', class: permanent}\n" +
+		"          - {when: 'result.isError', class: broken}\n" +
+		"          - {when: 'result.isError', class: permanent, code: Not-Snake}\n"
+	_, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: upstreamEnv})
+	var errs declared.FileErrors
+	require.ErrorAs(t, err, &errs)
+	var fields []string
+	for _, fe := range errs {
+		require.Equal(t, "gh", fe.Upstream)
+		require.Positive(t, fe.Line)
+		fields = append(fields, fe.Field)
+	}
+	require.Equal(t, []string{
+		"tools.create_issue.outcome[0].when",
+		"tools.create_issue.outcome[1].class",
+		"tools.create_issue.outcome[2].code",
+	}, fields)
+}
+
 // pinFile declares a GitHub-like upstream; the tools are listed below.
 const pinFile = `upstreams:
   gh:
