@@ -11,8 +11,6 @@ import (
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
 	"github.com/outbox-dev/outbox/outbox"
-
-	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 // Config is outboxd's configuration, read from the environment (README,
@@ -233,15 +231,6 @@ type Config struct {
 	// lookuper is where the configuration was read from: declared effects
 	// read their {env.*} variables from it too.
 	lookuper envconfig.Lookuper
-
-	// upstreams are the MCP upstreams of EffectsFile bound to their lock,
-	// once a registry was built: their pass-through tools, connections and
-	// drift watch.
-	upstreams *upstream.Catalog
-
-	// loopbackEffects sends declared effects only to loopback hosts, as the
-	// sandbox does: the demo sets it.
-	loopbackEffects bool
 
 	// What validate parsed, kept so that no value is parsed twice:
 	// Approval's rules (nil when unset), LogLevel, DatabaseURL (nil when

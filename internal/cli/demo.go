@@ -17,6 +17,8 @@ import (
 	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
+
+	"github.com/outbox-dev/outbox/internal/effectset"
 )
 
 var cmdDemo = &command{
@@ -155,7 +157,7 @@ func (e *demoEnv) stop() {
 // startDemoEnv starts everything the story needs and says what it started.
 // It returns the environment also on error, for stopping what did start.
 func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *demo.Output) (*demoEnv, error) {
-	env := &demoEnv{Env: demo.Env{Namespace: outbox.NamespaceDefault, StripeKey: sandboxStripeKey}}
+	env := &demoEnv{Env: demo.Env{Namespace: outbox.NamespaceDefault, StripeKey: effectset.SandboxStripeKey}}
 	cfg.Schema = demo.Schema
 	dbLine := "DATABASE_URL " + redactDatabaseURL(cfg.DatabaseURL) + ", schema " + demo.Schema
 	if cfg.DatabaseURL == "" {
@@ -188,7 +190,7 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 		return env, err
 	}
 
-	sb, err := startSandbox(logger)
+	sb, err := effectset.StartSandbox(logger)
 	if err != nil {
 		return env, err
 	}
@@ -196,19 +198,21 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 	env.stops = append(env.stops, sb.Close)
 	// The provider effects only, pointed at the stand-ins: the demo has no
 	// use for the noop effects.
-	effectsCfg := *cfg
-	effectsCfg.Sandbox = false
+	ecfg := effectSetConfig(cfg, pool, logger)
+	ecfg.Sandbox = false
+	ecfg.Providers = effectset.SandboxProviders(sb)
 	// A declared effect (OUTBOX_EFFECTS_FILE) goes to loopback hosts only:
 	// the demo never calls a real provider.
-	effectsCfg.loopbackEffects = true
-	registry, err := buildRegistry(&effectsCfg, pool, logger, sandboxSettings(sb.Stripe.URL(), sb.SMTP.Addr(),
-		sb.Zendesk.URL(), sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true), sb.Webhooks.Secret()))
+	ecfg.LoopbackOnly = true
+	set, err := buildEffectSet(ctx, ecfg, nil)
 	if err != nil {
 		return env, err
 	}
+	env.stops = append(env.stops, set.Close)
+	registry := set.Registry
 
 	// An MCP server behind outbox (part 5), in this process on loopback.
-	up, err := startDemoUpstream(ctx, logger)
+	up, err := startDemoUpstream(ctx, logger, set.Metrics)
 	if err != nil {
 		return env, err
 	}
@@ -220,7 +224,7 @@ func startDemoEnv(ctx context.Context, cfg *Config, logger *slog.Logger, out *de
 
 	// Gauges refreshed every second: someone who opens /metrics after the
 	// story should see it.
-	dcfg := daemonConfig(cfg, registry, logger)
+	dcfg := daemonConfig(cfg, set, logger)
 	for _, p := range up.catalog.Passthrough {
 		dcfg.MCP.Passthrough = append(dcfg.MCP.Passthrough, p)
 	}

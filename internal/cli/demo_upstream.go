@@ -12,6 +12,10 @@ import (
 	"github.com/outbox-dev/outbox/internal/fixture/mcpupstream"
 
 	"github.com/outbox-dev/outbox/internal/upstream"
+
+	"github.com/outbox-dev/outbox/internal/effectset"
+
+	"github.com/outbox-dev/outbox/internal/metrics"
 )
 
 // demoUpstreamFile declares the demo's MCP server: a notes server whose
@@ -37,7 +41,7 @@ type demoUpstream struct {
 // startDemoUpstream starts the notes server on loopback, pins it as
 // outboxd effects pin would, and binds it: its recorded tool is an effect
 // to register.
-func startDemoUpstream(ctx context.Context, logger *slog.Logger) (*demoUpstream, error) {
+func startDemoUpstream(ctx context.Context, logger *slog.Logger, m *metrics.Effects) (*demoUpstream, error) {
 	state, err := os.MkdirTemp("", "outbox-demo-notes-")
 	if err != nil {
 		return nil, err
@@ -67,7 +71,7 @@ func startDemoUpstream(ctx context.Context, logger *slog.Logger) (*demoUpstream,
 		LoopbackOnly: true,
 	})
 	if err == nil {
-		u.catalog, err = pinAndBind(ctx, file, logger)
+		u.catalog, err = pinAndBind(ctx, file, logger, m)
 	}
 	if err != nil {
 		u.stop()
@@ -77,7 +81,7 @@ func startDemoUpstream(ctx context.Context, logger *slog.Logger) (*demoUpstream,
 }
 
 // pinAndBind pins the file's upstreams in memory and binds them.
-func pinAndBind(ctx context.Context, file *upstream.File, logger *slog.Logger) (*upstream.Catalog, error) {
+func pinAndBind(ctx context.Context, file *upstream.File, logger *slog.Logger, m *metrics.Effects) (*upstream.Catalog, error) {
 	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{}}
 	for _, up := range file.Upstreams {
 		conn := upstream.NewConn(up, &upstream.ConnConfig{Version: version()})
@@ -86,14 +90,14 @@ func pinAndBind(ctx context.Context, file *upstream.File, logger *slog.Logger) (
 		if err != nil {
 			return nil, err
 		}
-		entry, problems := up.Pin(server, listed, &upstream.PinOpts{Taken: reservedTaken()})
+		entry, problems := up.Pin(server, listed, &upstream.PinOpts{Taken: effectset.TakenNames()})
 		if len(problems) > 0 {
 			return nil, fmt.Errorf("%s", problems[0])
 		}
 		lock.Upstreams[up.Name()] = entry
 	}
 	return upstream.Bind(file, lock, &upstream.BindConfig{Logger: logger, Version: version(),
-		ObserveCallFunc: func(u, t, o string) { upstreamCalls.WithLabelValues(u, t, o).Inc() }})
+		ObserveCallFunc: func(u, t, o string) { m.UpstreamCalls.WithLabelValues(u, t, o).Inc() }})
 }
 
 // register adds the upstream's recorded tools to registry.

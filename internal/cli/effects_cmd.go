@@ -17,6 +17,8 @@ import (
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 
 	"github.com/outbox-dev/outbox/internal/upstream"
+
+	"github.com/outbox-dev/outbox/internal/effectset"
 )
 
 var (
@@ -87,7 +89,7 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	file, err := loadDeclaredFile(cfg, positional[0], *noEnv, nil)
+	file, err := effectset.LoadFile(effectSetConfig(cfg, nil, nil), positional[0], *noEnv, nil)
 	if err != nil {
 		return err
 	}
@@ -110,7 +112,7 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	}
 	// Against the lock, when there is one: markers, key_arg and look-ups
 	// against the pinned schemas.
-	lockPath := effectsLockPath(cfg, positional[0])
+	lockPath := effectset.LockPath(cfg.EffectsLock, positional[0])
 	lock, err := upstream.ReadLock(lockPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -154,7 +156,7 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 // repin classifies a lock's listings again under the file's declarations,
 // as pin would: the problems a declaration has with the pinned schemas.
 func repin(file *upstream.File, lock *upstream.Lock) (*upstream.Lock, []string) {
-	taken := reservedTaken()
+	taken := effectset.TakenNames()
 	for _, e := range file.Effects {
 		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
 	}
@@ -182,20 +184,6 @@ func repin(file *upstream.File, lock *upstream.Lock) (*upstream.Lock, []string) 
 	return out, problems
 }
 
-// reservedTaken are the names no mirrored tool may take: the built-in
-// effects, their tools and outbox's read tools.
-func reservedTaken() map[string]string {
-	names, tools := builtinNames()
-	taken := map[string]string{}
-	for _, n := range names {
-		taken[n] = "the built-in effect " + n
-	}
-	for _, t := range tools {
-		taken[t] = "outbox's tool " + t
-	}
-	return taken
-}
-
 func (a *app) effectsPin(ctx context.Context, args []string) error {
 	fset := newFlagSet(cmdEffectsPin)
 	positional, err := a.parse(cmdEffectsPin, fset, args, 0, 1)
@@ -213,14 +201,14 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 	if path == "" {
 		return &usageError{cmd: cmdEffectsPin.name, msg: "no effects file: name one, or set OUTBOX_EFFECTS_FILE"}
 	}
-	file, err := loadDeclaredFile(cfg, path, false, nil)
+	file, err := effectset.LoadFile(effectSetConfig(cfg, nil, nil), path, false, nil)
 	if err != nil {
 		return err
 	}
 	if len(file.Upstreams) == 0 {
 		return fmt.Errorf("%s declares no upstreams: nothing to pin", path)
 	}
-	taken := reservedTaken()
+	taken := effectset.TakenNames()
 	for _, e := range file.Effects {
 		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
 	}
@@ -258,7 +246,7 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 	if len(problems) > 0 {
 		return fmt.Errorf("nothing pinned:\n  %s", strings.Join(problems, "\n  "))
 	}
-	lockPath := effectsLockPath(cfg, path)
+	lockPath := effectset.LockPath(cfg.EffectsLock, path)
 	if err := upstream.WriteLock(lockPath, lock); err != nil {
 		return err
 	}
@@ -287,10 +275,12 @@ func (a *app) effectsList(ctx context.Context, args []string) error {
 	}
 	// No database: the sandbox's noop effects record what they do in one,
 	// but listing them needs none.
-	registry, err := newEffectRegistry(cfg, nil, slog.New(slog.DiscardHandler))
+	set, err := newEffectSet(ctx, cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
+	defer set.Close()
+	registry := set.Registry
 	tools, err := mcpserver.ToolsFor(registry)
 	if err != nil {
 		return err
@@ -317,11 +307,8 @@ func (a *app) effectsList(ctx context.Context, args []string) error {
 		}
 		list = append(list, item)
 	}
-	for _, p := range passthroughTools(cfg) {
+	for _, p := range set.Passthrough() {
 		list = append(list, effectListed{Name: p.Name(), Guarantee: "pass-through", Tool: p.Name(), Source: "upstream " + p.UpstreamName() + " (pass-through)"})
-	}
-	if cfg.upstreams != nil {
-		cfg.upstreams.Close()
 	}
 	if *asJSON {
 		return json.NewEncoder(a.stdout).Encode(map[string]any{"effects": list})
