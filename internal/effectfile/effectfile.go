@@ -54,11 +54,11 @@ type Source struct {
 func ParseSource(file string, data []byte) (*Source, any, error) {
 	astFile, err := parser.ParseBytes(data, 0)
 	if err != nil {
-		return nil, nil, FileErrors{YAMLError(file, err)}
+		return nil, nil, FileErrors{yamlError(file, err)}
 	}
 	var doc any
 	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
-		return nil, nil, FileErrors{YAMLError(file, err)}
+		return nil, nil, FileErrors{yamlError(file, err)}
 	}
 	return &Source{File: file, AST: astFile}, Ordered(doc), nil
 }

@@ -48,9 +48,9 @@ var (
 	segRE     = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*|0|[1-9][0-9]{0,8})$`)
 )
 
-// ErrUnknownPlaceholder is wrapped by ParseTemplate's errors for a
+// errUnknownPlaceholder is wrapped by ParseTemplate's errors for a
 // placeholder outside the grammar.
-var ErrUnknownPlaceholder = errors.New("unknown placeholder")
+var errUnknownPlaceholder = errors.New("unknown placeholder")
 
 // ParseTemplate parses s. lookup allows {intent.created_at}.
 func ParseTemplate(s string, lookup bool) (*Template, error) {
@@ -107,22 +107,22 @@ func ParsePlaceholder(inner string, lookup bool) (*Placeholder, error) {
 		ph.Path = strings.Split(strings.TrimPrefix(inner, "args."), ".")
 		for _, seg := range ph.Path {
 			if !segRE.MatchString(seg) {
-				return nil, fmt.Errorf("%w %s: each segment after args. is an identifier or an array index", ErrUnknownPlaceholder, ph.Text)
+				return nil, fmt.Errorf("%w %s: each segment after args. is an identifier or an array index", errUnknownPlaceholder, ph.Text)
 			}
 		}
 	case strings.HasPrefix(inner, "env."):
 		ph.Kind = KindEnv
 		ph.Name = strings.TrimPrefix(inner, "env.")
 		if !EnvNameRE.MatchString(ph.Name) {
-			return nil, fmt.Errorf("%w %s: an environment variable's name is letters, digits and _", ErrUnknownPlaceholder, ph.Text)
+			return nil, fmt.Errorf("%w %s: an environment variable's name is letters, digits and _", errUnknownPlaceholder, ph.Text)
 		}
 	case inner == "intent.created_at":
 		if !lookup {
-			return nil, fmt.Errorf("%w %s: only a look-up may use it", ErrUnknownPlaceholder, ph.Text)
+			return nil, fmt.Errorf("%w %s: only a look-up may use it", errUnknownPlaceholder, ph.Text)
 		}
 		ph.Kind = KindCreatedAt
 	default:
-		return nil, fmt.Errorf("%w %s: expected {env.NAME}, {args}, {args.path}, {provider_key} or, in a look-up, {intent.created_at}", ErrUnknownPlaceholder, ph.Text)
+		return nil, fmt.Errorf("%w %s: expected {env.NAME}, {args}, {args.path}, {provider_key} or, in a look-up, {intent.created_at}", errUnknownPlaceholder, ph.Text)
 	}
 	return ph, nil
 }
@@ -156,13 +156,13 @@ type RenderCtx struct {
 	CreatedAt   string
 }
 
-// ErrAbsent is value's answer for an argument that is absent or null.
-var ErrAbsent = errors.New("absent")
+// errAbsent is value's answer for an argument that is absent or null.
+var errAbsent = errors.New("absent")
 
-// Value returns a placeholder's value: a string, a json.Number, a bool, or
-// an object or array (map[string]any, []any). It returns ErrAbsent for an
+// value returns a placeholder's value: a string, a json.Number, a bool, or
+// an object or array (map[string]any, []any). It returns errAbsent for an
 // argument that is absent or null.
-func (rc *RenderCtx) Value(ph *Placeholder) (any, error) {
+func (rc *RenderCtx) value(ph *Placeholder) (any, error) {
 	switch ph.Kind {
 	case KindEnv:
 		return rc.Env[ph.Name], nil
@@ -177,20 +177,20 @@ func (rc *RenderCtx) Value(ph *Placeholder) (any, error) {
 		case map[string]any:
 			var ok bool
 			if v, ok = node[seg]; !ok {
-				return nil, ErrAbsent
+				return nil, errAbsent
 			}
 		case []any:
 			var i int
 			if _, err := fmt.Sscanf(seg, "%d", &i); err != nil || i < 0 || i >= len(node) {
-				return nil, ErrAbsent
+				return nil, errAbsent
 			}
 			v = node[i]
 		default:
-			return nil, ErrAbsent
+			return nil, errAbsent
 		}
 	}
 	if v == nil {
-		return nil, ErrAbsent
+		return nil, errAbsent
 	}
 	return v, nil
 }
@@ -236,8 +236,8 @@ func (t *Template) RenderString(rc *RenderCtx) (s string, ok bool, err error) {
 			b.WriteString(p.Literal)
 			continue
 		}
-		v, err := rc.Value(p.Placeholder)
-		if errors.Is(err, ErrAbsent) {
+		v, err := rc.value(p.Placeholder)
+		if errors.Is(err, errAbsent) {
 			if t.Single() != nil {
 				return "", false, nil
 			}
@@ -253,8 +253,8 @@ func (t *Template) RenderString(rc *RenderCtx) (s string, ok bool, err error) {
 // false for an absent argument of a single placeholder.
 func (t *Template) RenderValue(rc *RenderCtx) (v any, ok bool, err error) {
 	if ph := t.Single(); ph != nil {
-		v, err := rc.Value(ph)
-		if errors.Is(err, ErrAbsent) {
+		v, err := rc.value(ph)
+		if errors.Is(err, errAbsent) {
 			return nil, false, nil
 		}
 		return v, err == nil, err

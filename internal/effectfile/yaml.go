@@ -152,8 +152,8 @@ func MergePatch(target, patch Map) (Map, error) {
 	return out, nil
 }
 
-// YAMLError turns the parser's error into a FileError with its line.
-func YAMLError(file string, err error) *FileError {
+// yamlError turns the parser's error into a FileError with its line.
+func yamlError(file string, err error) *FileError {
 	var syntax yaml.Error
 	if errors.As(err, &syntax) {
 		line := 0
