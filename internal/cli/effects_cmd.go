@@ -10,8 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
@@ -121,7 +119,7 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	case err != nil:
 		return err
 	}
-	if _, problems := repin(file, lock); len(problems) > 0 {
+	if _, problems := upstream.Repin(file, lock, effectset.TakenNames()); len(problems) > 0 {
 		return fmt.Errorf("%s against %s:\n  %s", positional[0], lockPath, strings.Join(problems, "\n  "))
 	}
 	catalog, err := upstream.Bind(file, lock, &upstream.BindConfig{EffectsPath: positional[0], LockPath: lockPath})
@@ -153,37 +151,6 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	return nil
 }
 
-// repin classifies a lock's listings again under the file's declarations,
-// as pin would: the problems a declaration has with the pinned schemas.
-func repin(file *upstream.File, lock *upstream.Lock) (*upstream.Lock, []string) {
-	taken := effectset.TakenNames()
-	for _, e := range file.Effects {
-		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
-	}
-	out := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{}}
-	var problems []string
-	for _, u := range file.Upstreams {
-		lu := lock.Upstreams[u.Name()]
-		if lu == nil {
-			problems = append(problems, fmt.Sprintf("upstream %s: not in the lock: run outboxd effects pin", u.Name()))
-			continue
-		}
-		var listed []*mcp.Tool
-		for _, lt := range lu.Tools {
-			listed = append(listed, &mcp.Tool{Name: lt.Name, Description: lt.Description, InputSchema: lt.InputSchema, Annotations: lt.Annotations})
-		}
-		entry, p := u.Pin(lu.Server, listed, &upstream.PinOpts{Taken: taken})
-		for _, lt := range entry.Tools {
-			if lt.Mirrored != "" && lt.Class != upstream.ClassWithdrawn {
-				taken[lt.Mirrored] = "upstream " + u.Name()
-			}
-		}
-		out.Upstreams[u.Name()] = entry
-		problems = append(problems, p...)
-	}
-	return out, problems
-}
-
 func (a *app) effectsPin(ctx context.Context, args []string) error {
 	fset := newFlagSet(cmdEffectsPin)
 	positional, err := a.parse(cmdEffectsPin, fset, args, 0, 1)
@@ -208,28 +175,14 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 	if len(file.Upstreams) == 0 {
 		return fmt.Errorf("%s declares no upstreams: nothing to pin", path)
 	}
-	taken := effectset.TakenNames()
-	for _, e := range file.Effects {
-		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
+	lock, problems, err := upstream.PinFile(ctx, file, effectset.TakenNames(), version())
+	if err != nil {
+		return err
 	}
-	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{}}
-	var problems []string
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UPSTREAM\tTOOL\tMIRRORED\tCLASS\tGUARANTEE")
 	for _, u := range file.Upstreams {
-		conn := upstream.NewConn(u, &upstream.ConnConfig{Version: version()})
-		server, listed, err := conn.ListTools(ctx)
-		conn.Close()
-		if err != nil {
-			return fmt.Errorf("upstream %s (%s): %w", u.Name(), u.Transport(), err)
-		}
-		entry, p := u.Pin(server, listed, &upstream.PinOpts{Taken: taken})
-		problems = append(problems, p...)
-		lock.Upstreams[u.Name()] = entry
-		for _, lt := range entry.Tools {
-			if lt.Class != upstream.ClassWithdrawn {
-				taken[lt.Mirrored] = "upstream " + u.Name() + " tool " + lt.Name
-			}
+		for _, lt := range lock.Upstreams[u.Name()].Tools {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Name(), lt.Name, orDash(lt.Mirrored), lt.Class, orDash(string(lt.Guarantee)))
 		}
 	}
