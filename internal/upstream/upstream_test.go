@@ -180,6 +180,25 @@ func TestUpstreamPin(t *testing.T) {
 		require.Contains(t, strings.Join(problems, "\n"), "gh_send is taken by effect gh_send")
 	})
 
+	// Repin classifies the lock's listings again without the upstream:
+	// `outboxd effects check` against a lock.
+	t.Run("Repin", func(t *testing.T) {
+		t.Parallel()
+		entry, problems := u.Pin("gh", good, nil)
+		require.Empty(t, problems)
+		lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"gh": entry}}
+		again, problems := upstream.Repin(f, lock, nil)
+		require.Empty(t, problems)
+		require.Equal(t, entry.DeclarationSHA256, again.Upstreams["gh"].DeclarationSHA256)
+		require.Len(t, again.Upstreams["gh"].Tools, len(entry.Tools))
+
+		_, problems = upstream.Repin(f, lock, map[string]string{"gh_send": "the built-in effect gh_send"})
+		require.Contains(t, strings.Join(problems, "\n"), "gh_send is taken by the built-in effect gh_send")
+
+		_, problems = upstream.Repin(f, &upstream.Lock{Version: upstream.LockVersion}, nil)
+		require.Equal(t, []string{"upstream gh: not in the lock: run outboxd effects pin"}, problems)
+	})
+
 	t.Run("BindsAndHashesWithoutDescriptions", func(t *testing.T) {
 		t.Parallel()
 		entry, problems := u.Pin("gh", good, nil)
