@@ -41,8 +41,9 @@ const (
 	CodeUpstreamHTTPError     = "upstream_http_error"
 )
 
-// tracerName names the tracer of upstream calls' spans.
-const tracerName = "github.com/outbox-dev/outbox/effects/declared"
+// tracerName names the tracer of upstream calls' spans: the package, as
+// OpenTelemetry names an instrumentation scope.
+const tracerName = "github.com/outbox-dev/outbox/internal/upstream"
 
 // Tool is a recorded upstream tool: an effect of its mirrored name
 // whose attempt calls the upstream tool once.
