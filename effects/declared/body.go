@@ -2,11 +2,12 @@ package declared
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // bodyNode is a declared body, compiled: objects keep their members'
@@ -16,8 +17,8 @@ type bodyNode struct {
 	items   []*bodyNode  // array
 	isObj   bool
 	isArr   bool
-	tmpl    *template // string
-	scalar  any       // number, bool or null
+	tmpl    *effectfile.Template // string
+	scalar  any                  // number, bool or null
 }
 
 type bodyMember struct {
@@ -26,17 +27,17 @@ type bodyMember struct {
 }
 
 // compileBody compiles a declared body (as decoded from the file: maps
-// with ordered keys come as orderedMap).
+// with ordered keys come as effectfile.Map).
 func compileBody(v any, lookup bool) (*bodyNode, error) {
 	switch v := v.(type) {
-	case orderedMap:
+	case effectfile.Map:
 		n := &bodyNode{isObj: true}
 		for _, kv := range v {
-			child, err := compileBody(kv.value, lookup)
+			child, err := compileBody(kv.Value, lookup)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", kv.key, err)
+				return nil, fmt.Errorf("%s: %w", kv.Key, err)
 			}
-			n.members = append(n.members, bodyMember{key: kv.key, node: child})
+			n.members = append(n.members, bodyMember{key: kv.Key, node: child})
 		}
 		return n, nil
 	case []any:
@@ -50,7 +51,7 @@ func compileBody(v any, lookup bool) (*bodyNode, error) {
 		}
 		return n, nil
 	case string:
-		t, err := parseTemplate(v, lookup)
+		t, err := effectfile.ParseTemplate(v, lookup)
 		if err != nil {
 			return nil, err
 		}
@@ -60,14 +61,14 @@ func compileBody(v any, lookup bool) (*bodyNode, error) {
 }
 
 // placeholders returns every placeholder of the body.
-func (n *bodyNode) placeholders() []*placeholder {
+func (n *bodyNode) placeholders() []*effectfile.Placeholder {
 	if n == nil {
 		return nil
 	}
-	var phs []*placeholder
+	var phs []*effectfile.Placeholder
 	switch {
 	case n.tmpl != nil:
-		phs = n.tmpl.placeholders()
+		phs = n.tmpl.Placeholders()
 	case n.isObj:
 		for _, m := range n.members {
 			phs = append(phs, m.node.placeholders()...)
@@ -82,19 +83,19 @@ func (n *bodyNode) placeholders() []*placeholder {
 
 // render fills the body for one attempt. ok is false when the node is one
 // placeholder whose argument is absent: its member or element is dropped.
-func (n *bodyNode) render(rc *renderCtx) (v any, ok bool, err error) {
+func (n *bodyNode) render(rc *effectfile.RenderCtx) (v any, ok bool, err error) {
 	switch {
 	case n.tmpl != nil:
-		return n.tmpl.renderValue(rc)
+		return n.tmpl.RenderValue(rc)
 	case n.isObj:
-		out := orderedMap{}
+		out := effectfile.Map{}
 		for _, m := range n.members {
 			child, ok, err := m.node.render(rc)
 			if err != nil {
 				return nil, false, err
 			}
 			if ok {
-				out = append(out, orderedKV{key: m.key, value: child})
+				out = append(out, effectfile.KV{Key: m.key, Value: child})
 			}
 		}
 		return out, true, nil
@@ -114,18 +115,6 @@ func (n *bodyNode) render(rc *renderCtx) (v any, ok bool, err error) {
 	return n.scalar, true, nil
 }
 
-// marshalJSON encodes v without escaping <, > and &: a provider receives
-// the text the agent wrote.
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
 // Form array styles (form_arrays).
 const (
 	formArraysIndexed  = "indexed"  // a[0]=x&a[1]=y, Stripe's
@@ -140,9 +129,9 @@ func formEncode(v any, style string) string {
 	var walk func(prefix string, v any)
 	walk = func(prefix string, v any) {
 		switch v := v.(type) {
-		case orderedMap:
+		case effectfile.Map:
 			for _, kv := range v {
-				walk(formKey(prefix, kv.key), kv.value)
+				walk(formKey(prefix, kv.Key), kv.Value)
 			}
 		case map[string]any:
 			keys := make([]string, 0, len(v))
@@ -167,7 +156,7 @@ func formEncode(v any, style string) string {
 		case nil:
 			out = append(out, url.QueryEscape(prefix)+"=")
 		default:
-			out = append(out, url.QueryEscape(prefix)+"="+url.QueryEscape(text(v)))
+			out = append(out, url.QueryEscape(prefix)+"="+url.QueryEscape(effectfile.Text(v)))
 		}
 	}
 	walk("", v)

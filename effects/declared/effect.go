@@ -12,28 +12,11 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/internal/httpsend"
-)
 
-// Limits on what an answer leaves behind.
-const (
-	// ResultMax bounds an intent's result, as JSON.
-	ResultMax = 64 << 10
-	// ErrorTextMax bounds the provider's text kept in an intent's error.
-	ErrorTextMax = 2 << 10
-)
-
-// Classes a rule may name.
-const (
-	ClassSuccess   = "success"
-	ClassNotSent   = "not_sent"
-	ClassPermanent = "permanent"
-	ClassAmbiguous = "ambiguous"
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // Effect is a declared HTTP effect: an effects.Effect like any other, and
@@ -47,8 +30,8 @@ type Effect struct {
 	schema      *jsonschema.Schema
 	schemaJSON  json.RawMessage
 	request     *requestDecl
-	rules       []rule
-	result      []resultField
+	rules       []effectfile.Rule
+	result      []effectfile.ResultField
 	lookup      *lookupDecl
 	sha256      string
 	secrets     []string
@@ -84,28 +67,16 @@ type requestDecl struct {
 
 type headerDecl struct {
 	name  string
-	value *template
-}
-
-type rule struct {
-	when  *condition
-	class string
-	code  string
-}
-
-// resultField is one member of result: a name and a JSON pointer.
-type resultField struct {
-	name    string
-	pointer string
+	value *effectfile.Template
 }
 
 type lookupDecl struct {
 	request *requestDecl
-	items   *condition
-	match   *condition
-	found   *condition
-	missing *condition
-	result  []resultField
+	items   *effectfile.Condition
+	match   *effectfile.Condition
+	found   *effectfile.Condition
+	missing *effectfile.Condition
+	result  []effectfile.ResultField
 }
 
 // Name implements effects.Effect.
@@ -145,29 +116,7 @@ func (e *Effect) DedupeWindow() time.Duration {
 // numeric comparison (numeric) needs a number or integer property. An empty
 // arg (every intent of the effect) is always valid.
 func (e *Effect) CheckApprovalRule(arg string, numeric bool) error {
-	return checkApprovalRule(e.name, e.schemaJSON, arg, numeric)
-}
-
-// checkApprovalRule checks an approval rule's argument against an effect's
-// args schema: a top-level property, numeric for < and >.
-func checkApprovalRule(name string, schemaJSON json.RawMessage, arg string, numeric bool) error {
-	if arg == "" {
-		return nil
-	}
-	var schema struct {
-		Properties map[string]struct {
-			Type any `json:"type"`
-		} `json:"properties"`
-	}
-	_ = json.Unmarshal(schemaJSON, &schema)
-	prop, ok := schema.Properties[arg]
-	if !ok {
-		return fmt.Errorf("effect %s has no top-level argument %q in its declared schema", name, arg)
-	}
-	if numeric && prop.Type != "number" && prop.Type != "integer" {
-		return fmt.Errorf("effect %s: argument %q is not declared a number or integer, so it cannot be compared with < or >", name, arg)
-	}
-	return nil
+	return effectfile.CheckApprovalRule(e.name, e.schemaJSON, arg, numeric)
 }
 
 // ValidateArgs implements effects.Effect with the declared JSON Schema.
@@ -182,48 +131,16 @@ func (e *Effect) ValidateArgs(args json.RawMessage) error {
 	if err := e.schema.Validate(v); err != nil {
 		var verr *jsonschema.ValidationError
 		if errors.As(err, &verr) {
-			return argError(verr)
+			return effectfile.SchemaArgError(verr)
 		}
 		return &effects.ArgError{Message: err.Error()}
 	}
 	return nil
 }
 
-// argError turns the schema's first leaf failure into an ArgError naming
-// its field ("to[2]", "customer.id").
-func argError(verr *jsonschema.ValidationError) *effects.ArgError {
-	for len(verr.Causes) > 0 {
-		verr = verr.Causes[0]
-	}
-	var field strings.Builder
-	for _, seg := range verr.InstanceLocation {
-		if _, err := strconv.Atoi(seg); err == nil {
-			field.WriteString("[" + seg + "]")
-			continue
-		}
-		if field.Len() > 0 {
-			field.WriteByte('.')
-		}
-		field.WriteString(seg)
-	}
-	msg := verr.ErrorKind.LocalizedString(englishPrinter)
-	if req, ok := verr.ErrorKind.(*kind.Required); ok && len(req.Missing) > 0 {
-		// The schema's error is on the object; the caller's is the
-		// missing member.
-		if field.Len() > 0 {
-			field.WriteByte('.')
-		}
-		field.WriteString(req.Missing[0])
-		msg = "is required"
-	}
-	return &effects.ArgError{Field: field.String(), Message: msg}
-}
-
-var englishPrinter = message.NewPrinter(language.English)
-
 // attempt is one attempt's values.
 type attempt struct {
-	rc      *renderCtx
+	rc      *effectfile.RenderCtx
 	celArgs any
 }
 
@@ -236,9 +153,9 @@ func (e *Effect) newAttempt(req *effects.Request, createdAt time.Time) (*attempt
 	}
 	var celArgs any
 	_ = json.Unmarshal(req.Args, &celArgs)
-	rc := &renderCtx{args: args, env: e.env, providerKey: req.ProviderKey}
+	rc := &effectfile.RenderCtx{Args: args, Env: e.env, ProviderKey: req.ProviderKey}
 	if !createdAt.IsZero() {
-		rc.createdAt = createdAt.UTC().Format(time.RFC3339)
+		rc.CreatedAt = createdAt.UTC().Format(time.RFC3339)
 	}
 	return &attempt{rc: rc, celArgs: celArgs}, nil
 }
@@ -259,15 +176,15 @@ func (e *Effect) build(ctx context.Context, d *requestDecl, a *attempt) (*http.R
 		if d.form {
 			body, contentType = []byte(formEncode(v, d.formArrays)), "application/x-www-form-urlencoded"
 		} else {
-			if body, err = marshalJSON(v); err != nil {
-				return nil, &invalidArgsError{msg: "the body cannot be encoded as JSON"}
+			if body, err = effectfile.MarshalJSON(v); err != nil {
+				return nil, &effectfile.InvalidArgsError{Msg: "the body cannot be encoded as JSON"}
 			}
 			contentType = "application/json"
 		}
 	}
 	r, err := http.NewRequestWithContext(ctx, d.method, u, bytes.NewReader(body))
 	if err != nil {
-		return nil, &invalidArgsError{msg: "the request cannot be built from " + d.url.raw}
+		return nil, &effectfile.InvalidArgsError{Msg: "the request cannot be built from " + d.url.raw}
 	}
 	if body == nil {
 		r.Body, r.ContentLength = http.NoBody, 0
@@ -278,7 +195,7 @@ func (e *Effect) build(ctx context.Context, d *requestDecl, a *attempt) (*http.R
 	r.Header.Set("Accept", "application/json")
 	r.Header.Set("User-Agent", "outbox")
 	for _, h := range d.headers {
-		v, ok, err := h.value.renderString(a.rc)
+		v, ok, err := h.value.RenderString(a.rc)
 		if err != nil {
 			return nil, err
 		}
@@ -286,7 +203,7 @@ func (e *Effect) build(ctx context.Context, d *requestDecl, a *attempt) (*http.R
 			continue
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, &invalidArgsError{msg: fmt.Sprintf("header %s cannot be sent: its value holds a line break", h.name)}
+			return nil, &effectfile.InvalidArgsError{Msg: fmt.Sprintf("header %s cannot be sent: its value holds a line break", h.name)}
 		}
 		r.Header.Set(h.name, v)
 	}
@@ -315,9 +232,9 @@ func (e *Effect) Execute(ctx context.Context, req *effects.Request) (json.RawMes
 // renderError classifies a request that could not be built: arguments that
 // cannot be sent are permanent, and nothing was sent.
 func (e *Effect) renderError(err error) error {
-	var ia *invalidArgsError
+	var ia *effectfile.InvalidArgsError
 	if errors.As(err, &ia) {
-		return effects.Permanent(effects.CodeInvalidArgs, errors.New(e.scrub("effect "+e.name+": "+ia.msg)))
+		return effects.Permanent(effects.CodeInvalidArgs, errors.New(e.scrub("effect "+e.name+": "+ia.Msg)))
 	}
 	return effects.NotSent("request_not_built", errors.New(e.scrub("effect "+e.name+": "+err.Error())))
 }
@@ -328,7 +245,7 @@ func (e *Effect) classify(resp *httpsend.Response, a *attempt) (json.RawMessage,
 	vars := e.answerVars(resp, a)
 	class, code := "", ""
 	for _, r := range e.rules {
-		ok, err := r.when.evalBool(vars.activation(nil))
+		ok, err := r.When.EvalBool(vars.activation(nil))
 		if err != nil {
 			// A rule that cannot be evaluated does not match; counted, so
 			// that a rule broken by a provider's new answer shows.
@@ -338,7 +255,7 @@ func (e *Effect) classify(resp *httpsend.Response, a *attempt) (json.RawMessage,
 			continue
 		}
 		if ok {
-			class, code = r.class, r.code
+			class, code = r.Class, r.Code
 			break
 		}
 	}
@@ -399,67 +316,17 @@ func (e *Effect) answerVars(resp *httpsend.Response, a *attempt) *answerVars {
 			body = string(resp.Body)
 		}
 	}
-	return &answerVars{status: resp.StatusCode, headers: headers, body: body, args: a.celArgs, providerKey: a.rc.providerKey}
+	return &answerVars{status: resp.StatusCode, headers: headers, body: body, args: a.celArgs, providerKey: a.rc.ProviderKey}
 }
 
-// extract builds a result from JSON pointers into v. Numbers keep their
-// exact text: v is decoded again from its JSON with json.Number.
-func (e *Effect) extract(fields []resultField, v any) (json.RawMessage, error) {
-	if len(fields) == 0 {
-		return json.RawMessage(`{}`), nil
-	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("the answer is not JSON")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("the answer is not JSON")
-	}
-	out := orderedMap{}
-	for _, f := range fields {
-		val, ok := resolvePointer(doc, f.pointer)
-		if !ok {
-			return nil, fmt.Errorf("result %s: %s is not in the answer", f.name, f.pointer)
-		}
-		out = append(out, orderedKV{key: f.name, value: val})
-	}
-	b, err := marshalJSON(out)
+// extract builds a result from JSON pointers into v (effectfile.Extract),
+// its secrets scrubbed.
+func (e *Effect) extract(fields []effectfile.ResultField, v any) (json.RawMessage, error) {
+	b, err := effectfile.Extract(fields, v)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > ResultMax {
-		return nil, fmt.Errorf("the result is %d bytes, more than %d", len(b), ResultMax)
-	}
 	return json.RawMessage(e.scrub(string(b))), nil
-}
-
-// resolvePointer resolves an RFC 6901 JSON pointer.
-func resolvePointer(v any, pointer string) (any, bool) {
-	if pointer == "" {
-		return v, true
-	}
-	for _, tok := range strings.Split(pointer[1:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		switch node := v.(type) {
-		case map[string]any:
-			var ok bool
-			if v, ok = node[tok]; !ok {
-				return nil, false
-			}
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(node) {
-				return nil, false
-			}
-			v = node[i]
-		default:
-			return nil, false
-		}
-	}
-	return v, true
 }
 
 // Lookup implements effects.Reconciler for a look-up that needs neither
@@ -499,12 +366,12 @@ func (e *Effect) LookupRequest(ctx context.Context, req *effects.Request, create
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
 			return nil, false, failed("not a 2xx")
 		}
-		items, err := e.lookup.items.evalList(act)
+		items, err := e.lookup.items.EvalList(act)
 		if err != nil {
 			return nil, false, failed("items: %v", err)
 		}
 		for _, item := range items {
-			ok, err := e.lookup.match.evalBool(vars.activation(item))
+			ok, err := e.lookup.match.EvalBool(vars.activation(item))
 			if err != nil {
 				return nil, false, failed("match: %v", err)
 			}
@@ -518,8 +385,8 @@ func (e *Effect) LookupRequest(ctx context.Context, req *effects.Request, create
 		}
 		return nil, false, nil
 	}
-	found, err1 := e.lookup.found.evalBool(act)
-	missing, err2 := e.lookup.missing.evalBool(act)
+	found, err1 := e.lookup.found.EvalBool(act)
+	missing, err2 := e.lookup.missing.EvalBool(act)
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, false, failed("%v", err)
 	}

@@ -4,38 +4,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-)
 
-// FuzzTemplate parses any template text and renders it with arguments
-// that may hold anything: it never panics, a parsed template renders or
-// refuses, and a literal brace written {{ or }} comes out single.
-func FuzzTemplate(f *testing.F) {
-	for _, s := range []string{"{args.a}", "x{args.a.b}y", "{{literal}}", "{provider_key}", "{env.K}", "{args}", "{args.0}", "{", "}", "{args.}", "{{{args.a}}}"} {
-		f.Add(s, `v`)
-	}
-	f.Fuzz(func(t *testing.T, tmpl, value string) {
-		tp, err := parseTemplate(tmpl, true)
-		if err != nil {
-			return
-		}
-		rc := &renderCtx{
-			args:        map[string]any{"a": value, "b": map[string]any{"c": value}, "0": value},
-			env:         map[string]string{"K": "secret"},
-			providerKey: "pk",
-			createdAt:   "2026-01-01T00:00:00Z",
-		}
-		s, ok, err := tp.renderString(rc)
-		if err != nil || !ok {
-			return
-		}
-		if len(tp.placeholders()) == 0 && s != strings.NewReplacer("{{", "{", "}}", "}").Replace(tmpl) {
-			t.Fatalf("literal %q rendered as %q", tmpl, s)
-		}
-		if _, _, err := tp.renderValue(rc); err != nil {
-			t.Fatalf("renderValue failed where renderString did not: %v", err)
-		}
-	})
-}
+	"github.com/outbox-dev/outbox/internal/effectfile"
+)
 
 // FuzzURL builds URLs from any argument: the scheme, host and port are
 // always the base's, and the path keeps its segment count.
@@ -48,7 +19,7 @@ func FuzzURL(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, value string) {
-		rc := &renderCtx{args: map[string]any{"a": value}, providerKey: "pk"}
+		rc := &effectfile.RenderCtx{Args: map[string]any{"a": value}, ProviderKey: "pk"}
 		s, err := tmpl.render(rc)
 		if err != nil {
 			if value == "" || value == "." || value == ".." {

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 //go:embed presets.yaml
@@ -15,7 +17,7 @@ var presetsYAML []byte
 type PresetInfo struct {
 	// Name is what a declaration names it by ("stripe.refund").
 	Name string
-	decl orderedMap
+	decl effectfile.Map
 }
 
 var presets = func() []*PresetInfo {
@@ -23,11 +25,11 @@ var presets = func() []*PresetInfo {
 	if err := yaml.UnmarshalWithOptions(presetsYAML, &doc, yaml.UseOrderedMap()); err != nil {
 		panic(fmt.Sprintf("declared: the preset catalogue does not parse: %v", err))
 	}
-	root, _ := ordered(doc).(orderedMap)
-	all, _ := root.get("presets")
+	root, _ := effectfile.Ordered(doc).(effectfile.Map)
+	all, _ := root.Get("presets")
 	var out []*PresetInfo
-	for _, kv := range all.(orderedMap) {
-		out = append(out, &PresetInfo{Name: kv.key, decl: kv.value.(orderedMap)})
+	for _, kv := range all.(effectfile.Map) {
+		out = append(out, &PresetInfo{Name: kv.Key, decl: kv.Value.(effectfile.Map)})
 	}
 	return out
 }()

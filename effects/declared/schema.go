@@ -7,38 +7,40 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // schema checks and compiles the args' schema. Its shape's problems are
 // reported together; the schema is compiled only when there is none.
-func (l *loader) schema(e *Effect, m orderedMap, fail failFunc) error {
-	var errs FileErrors
-	if t, _ := m.get("type"); t != "object" {
-		errs.add(fail("args.type", "the top level must be a plain type: object"))
+func (l *loader) schema(e *Effect, m effectfile.Map, fail effectfile.FailFunc) error {
+	var errs effectfile.FileErrors
+	if t, _ := m.Get("type"); t != "object" {
+		errs.Add(fail("args.type", "the top level must be a plain type: object"))
 	}
 	for _, kw := range []string{"oneOf", "anyOf", "allOf", "not", "if", "then", "else"} {
-		if _, ok := m.get(kw); ok {
-			errs.add(fail("args."+kw, "not at the top level: hosts such as Anthropic's API refuse a tool whose input schema has a combinator there, and then every tool of the server fails"))
+		if _, ok := m.Get(kw); ok {
+			errs.Add(fail("args."+kw, "not at the top level: hosts such as Anthropic's API refuse a tool whose input schema has a combinator there, and then every tool of the server fails"))
 		}
 	}
-	if s, ok := m.get("$schema"); ok && s != "https://json-schema.org/draft/2020-12/schema" {
-		errs.add(fail("args.$schema", "only JSON Schema 2020-12 (https://json-schema.org/draft/2020-12/schema)"))
+	if s, ok := m.Get("$schema"); ok && s != "https://json-schema.org/draft/2020-12/schema" {
+		errs.Add(fail("args.$schema", "only JSON Schema 2020-12 (https://json-schema.org/draft/2020-12/schema)"))
 	}
 	if ref := remoteRef(m); ref != "" {
-		errs.add(fail("args", "$ref %q: only local references (#/$defs/...) are allowed", ref))
+		errs.Add(fail("args", "$ref %q: only local references (#/$defs/...) are allowed", ref))
 	}
 	if len(errs) > 0 {
-		return errs.err()
+		return errs.Err()
 	}
-	doc := plain(m)
-	raw, err := marshalJSON(doc)
+	doc := effectfile.Plain(m)
+	raw, err := effectfile.MarshalJSON(doc)
 	if err != nil {
 		return fail("args", "not representable as JSON: %v", err)
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
-	c.UseLoader(noLoader{})
+	c.UseLoader(effectfile.NoLoader{})
 	parsed, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return fail("args", "%v", err)
@@ -48,30 +50,23 @@ func (l *loader) schema(e *Effect, m orderedMap, fail failFunc) error {
 	}
 	sch, err := c.Compile("args.json")
 	if err != nil {
-		return fail("args", "not a valid JSON Schema 2020-12: %s", firstLine(err.Error()))
+		return fail("args", "not a valid JSON Schema 2020-12: %s", effectfile.FirstLine(err.Error()))
 	}
 	e.schema, e.schemaJSON = sch, raw
 	return nil
 }
 
-// noLoader refuses every remote schema.
-type noLoader struct{}
-
-func (noLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("remote schema %s refused", url)
-}
-
 // remoteRef returns the first $ref that is not local, or "".
 func remoteRef(v any) string {
 	switch v := v.(type) {
-	case orderedMap:
+	case effectfile.Map:
 		for _, kv := range v {
-			if kv.key == "$ref" || kv.key == "$dynamicRef" {
-				if s, ok := kv.value.(string); ok && !strings.HasPrefix(s, "#") {
+			if kv.Key == "$ref" || kv.Key == "$dynamicRef" {
+				if s, ok := kv.Value.(string); ok && !strings.HasPrefix(s, "#") {
 					return s
 				}
 			}
-			if r := remoteRef(kv.value); r != "" {
+			if r := remoteRef(kv.Value); r != "" {
 				return r
 			}
 		}
@@ -99,7 +94,7 @@ func schemaHas(schemaJSON json.RawMessage, path []string) bool {
 			return false
 		}
 		if ref, ok := m["$ref"].(string); ok && strings.HasPrefix(ref, "#/") {
-			if target, ok := resolvePointer(root, ref[1:]); ok {
+			if target, ok := effectfile.ResolvePointer(root, ref[1:]); ok {
 				m, _ = target.(map[string]any)
 			}
 		}

@@ -2,10 +2,11 @@ package declared
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // urlTemplate is a declared request's URL: a fixed base (scheme, host and
@@ -21,13 +22,13 @@ type urlTemplate struct {
 	base string
 	// segments are the path's segments after the base; each is literal
 	// text or exactly one placeholder.
-	segments []*template
+	segments []*effectfile.Template
 	query    []queryParam
 }
 
 type queryParam struct {
 	name  string
-	value *template
+	value *effectfile.Template
 }
 
 var literalBaseRE = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*://[^/?#{}]+)`)
@@ -42,11 +43,11 @@ func parseURLTemplate(raw string, lookup bool) (*urlTemplate, error) {
 		if end < 0 {
 			return nil, fmt.Errorf("an unclosed %q", "{")
 		}
-		ph, err := parsePlaceholder(raw[1:end], false)
+		ph, err := effectfile.ParsePlaceholder(raw[1:end], false)
 		if err != nil {
 			return nil, err
 		}
-		u.baseEnv = ph.name
+		u.baseEnv = ph.Name
 		rest = raw[end+1:]
 	default:
 		m := literalBaseRE.FindString(raw)
@@ -68,11 +69,11 @@ func parseURLTemplate(raw string, lookup bool) (*urlTemplate, error) {
 	}
 	if path != "" {
 		for _, seg := range strings.Split(path[1:], "/") {
-			t, err := parseTemplate(seg, lookup)
+			t, err := effectfile.ParseTemplate(seg, lookup)
 			if err != nil {
 				return nil, err
 			}
-			if len(t.placeholders()) > 0 && t.single() == nil {
+			if len(t.Placeholders()) > 0 && t.Single() == nil {
 				return nil, fmt.Errorf("path segment %q: a placeholder fills a whole path segment, nothing else", seg)
 			}
 			u.segments = append(u.segments, t)
@@ -81,21 +82,21 @@ func parseURLTemplate(raw string, lookup bool) (*urlTemplate, error) {
 	if hasQuery && query != "" {
 		for _, pair := range strings.Split(query, "&") {
 			name, value, _ := strings.Cut(pair, "=")
-			nt, err := parseTemplate(name, lookup)
+			nt, err := effectfile.ParseTemplate(name, lookup)
 			if err != nil {
 				return nil, err
 			}
-			if len(nt.placeholders()) > 0 || name == "" {
+			if len(nt.Placeholders()) > 0 || name == "" {
 				return nil, fmt.Errorf("query parameter %q: a name is literal text", pair)
 			}
-			vt, err := parseTemplate(value, lookup)
+			vt, err := effectfile.ParseTemplate(value, lookup)
 			if err != nil {
 				return nil, err
 			}
-			if len(vt.placeholders()) > 0 && vt.single() == nil {
+			if len(vt.Placeholders()) > 0 && vt.Single() == nil {
 				return nil, fmt.Errorf("query parameter %q: a placeholder fills a whole query value, nothing else", pair)
 			}
-			u.query = append(u.query, queryParam{name: nt.parts[0].literal, value: vt})
+			u.query = append(u.query, queryParam{name: nt.Parts[0].Literal, value: vt})
 		}
 	}
 	return u, nil
@@ -112,7 +113,7 @@ func (u *urlTemplate) resolveBase(env map[string]string, loopbackOnly bool) erro
 	}
 	if loopbackOnly {
 		b, _ := url.Parse(u.base)
-		if b == nil || !isLoopback(b.Hostname()) {
+		if b == nil || !effectfile.IsLoopback(b.Hostname()) {
 			return fmt.Errorf("the sandbox sends declared effects only to a loopback host, not %q", hostOf(u.base))
 		}
 	}
@@ -133,21 +134,13 @@ func checkBase(base string, fromEnv bool) error {
 	if b.User != nil {
 		return fmt.Errorf("the base must hold no user information (use a header)")
 	}
-	if b.Scheme == "http" && !isLoopback(b.Hostname()) {
+	if b.Scheme == "http" && !effectfile.IsLoopback(b.Hostname()) {
 		return fmt.Errorf("the base must be https unless its host is loopback (%s)", b.Hostname())
 	}
 	if !fromEnv && b.Path != "" {
 		return fmt.Errorf("the base must end at its host")
 	}
 	return nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func hostOf(base string) string {
@@ -159,35 +152,35 @@ func hostOf(base string) string {
 
 // render builds the URL for one attempt. A placeholder's value that cannot
 // fill a path segment (empty, "." or "..") and an absent argument in the
-// path are *invalidArgsError; an absent argument in a query value drops
+// path are *effectfile.InvalidArgsError; an absent argument in a query value drops
 // the parameter.
-func (u *urlTemplate) render(rc *renderCtx) (string, error) {
+func (u *urlTemplate) render(rc *effectfile.RenderCtx) (string, error) {
 	var b strings.Builder
 	b.WriteString(u.base)
 	for _, seg := range u.segments {
 		b.WriteByte('/')
-		ph := seg.single()
+		ph := seg.Single()
 		if ph == nil {
-			for _, p := range seg.parts {
-				b.WriteString(p.literal)
+			for _, p := range seg.Parts {
+				b.WriteString(p.Literal)
 			}
 			continue
 		}
-		s, ok, err := seg.renderString(rc)
+		s, ok, err := seg.RenderString(rc)
 		if err != nil {
 			return "", err
 		}
 		if !ok {
-			return "", &invalidArgsError{msg: fmt.Sprintf("%s is absent, and a path segment of %s needs it", ph.text, u.raw)}
+			return "", &effectfile.InvalidArgsError{Msg: fmt.Sprintf("%s is absent, and a path segment of %s needs it", ph.Text, u.raw)}
 		}
 		if s == "" || s == "." || s == ".." {
-			return "", &invalidArgsError{msg: fmt.Sprintf("%s cannot fill a path segment: %q", ph.text, s)}
+			return "", &effectfile.InvalidArgsError{Msg: fmt.Sprintf("%s cannot fill a path segment: %q", ph.Text, s)}
 		}
 		b.WriteString(url.PathEscape(s))
 	}
 	sep := byte('?')
 	for _, q := range u.query {
-		s, ok, err := q.value.renderString(rc)
+		s, ok, err := q.value.RenderString(rc)
 		if err != nil {
 			return "", err
 		}
@@ -204,16 +197,16 @@ func (u *urlTemplate) render(rc *renderCtx) (string, error) {
 }
 
 // placeholders returns every placeholder of the URL, the base's included.
-func (u *urlTemplate) placeholders() []*placeholder {
-	var phs []*placeholder
+func (u *urlTemplate) placeholders() []*effectfile.Placeholder {
+	var phs []*effectfile.Placeholder
 	if u.baseEnv != "" {
-		phs = append(phs, &placeholder{kind: phEnv, name: u.baseEnv, text: "{env." + u.baseEnv + "}"})
+		phs = append(phs, &effectfile.Placeholder{Kind: effectfile.KindEnv, Name: u.baseEnv, Text: "{env." + u.baseEnv + "}"})
 	}
 	for _, s := range u.segments {
-		phs = append(phs, s.placeholders()...)
+		phs = append(phs, s.Placeholders()...)
 	}
 	for _, q := range u.query {
-		phs = append(phs, q.value.placeholders()...)
+		phs = append(phs, q.value.Placeholders()...)
 	}
 	return phs
 }

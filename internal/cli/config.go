@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sethvargo/go-envconfig"
 
-	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/effects/webhook"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/httpapi"
@@ -237,15 +236,6 @@ type Config struct {
 	// lookuper is where the configuration was read from: declared effects
 	// read their {env.*} variables from it too.
 	lookuper envconfig.Lookuper
-
-	// upstreams are the MCP upstreams of EffectsFile bound to their lock,
-	// once a registry was built: their pass-through tools, connections and
-	// drift watch.
-	upstreams *declared.Catalog
-
-	// loopbackEffects sends declared effects only to loopback hosts, as the
-	// sandbox does: the demo sets it.
-	loopbackEffects bool
 
 	// What validate parsed, kept so that no value is parsed twice:
 	// Approval's rules (nil when unset), LogLevel, DatabaseURL (nil when

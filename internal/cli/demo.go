@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/demo"
+	"github.com/outbox-dev/outbox/internal/effectset"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 )
 
@@ -136,8 +136,8 @@ func resolveCommand(baseURL, key string, auth bool) string {
 }
 
 // demoEnvConfig is what the demo's environment takes from outboxd's
-// settings: serve's pool, effects and daemon, on the database and schema the
-// demo chooses (demo.StartEnv).
+// settings: serve's pool, effect set and daemon, on the database and schema
+// the demo chooses (demo.StartEnv).
 func demoEnvConfig(cfg *Config, logger *slog.Logger) *demo.EnvConfig {
 	return &demo.EnvConfig{
 		ConnectFunc: func(ctx context.Context, databaseURL, schema string) (*pgxpool.Pool, error) {
@@ -147,28 +147,27 @@ func demoEnvConfig(cfg *Config, logger *slog.Logger) *demo.EnvConfig {
 			cfg.Schema = schema
 			return connect(ctx, cfg, 20)
 		},
-		DaemonConfigFunc:    func(registry *effects.Registry) *daemon.Config { return daemonConfig(cfg, registry, logger) },
+		DaemonConfigFunc:    func(set *effectset.Set) *daemon.Config { return daemonConfig(cfg, set, logger) },
 		DatabaseURL:         cfg.DatabaseURL,
 		DatabaseURLRedacted: redactDatabaseURL(cfg.DatabaseURL),
-		Logger:              logger,
-		RegistryFunc: func(pool *pgxpool.Pool, sb *sandbox.Sandbox) (*effects.Registry, error) {
+		EffectSetFunc: func(ctx context.Context, pool *pgxpool.Pool, sb *sandbox.Sandbox) (*effectset.Set, error) {
 			// The provider effects only, pointed at the stand-ins: the
 			// demo has no use for the noop effects.
-			effectsCfg := *cfg
-			effectsCfg.Sandbox = false
+			ecfg := effectSetConfig(cfg, pool, logger)
+			ecfg.Sandbox = false
+			ecfg.Providers = effectset.SandboxProviders(sb)
 			// A declared effect (OUTBOX_EFFECTS_FILE) goes to loopback
 			// hosts only: the demo never calls a real provider.
-			effectsCfg.loopbackEffects = true
-			return buildRegistry(&effectsCfg, pool, logger, sandboxSettings(sb.Stripe.URL(), sb.SMTP.Addr(),
-				sb.Zendesk.URL(), sb.Webhooks.EndpointURL(sandboxWebhookEndpoint, true), sb.Webhooks.Secret()))
+			ecfg.LoopbackOnly = true
+			return buildEffectSet(ctx, ecfg, nil)
 		},
-		SandboxFunc: func() (*sandbox.Sandbox, error) { return startSandbox(logger) },
-		StripeKey:   sandboxStripeKey,
+		Logger:      logger,
+		SandboxFunc: func() (*sandbox.Sandbox, error) { return effectset.StartSandbox(logger) },
+		StripeKey:   effectset.SandboxStripeKey,
 		Tokens:      cfg.Tokens(),
 		Upstream: demo.UpstreamConfig{
-			ObserveCallFunc: func(u, t, o string) { upstreamCalls.WithLabelValues(u, t, o).Inc() },
-			Taken:           reservedTaken(),
-			Version:         version(),
+			Taken:   effectset.TakenNames(),
+			Version: version(),
 		},
 	}
 }

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
+
+	"github.com/outbox-dev/outbox/internal/upstream"
+
+	"github.com/outbox-dev/outbox/internal/effectset"
 )
 
 var (
@@ -85,7 +87,7 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	file, err := loadDeclaredFile(cfg, positional[0], *noEnv, nil)
+	file, err := effectset.LoadFile(effectSetConfig(cfg, nil, nil), positional[0], *noEnv, nil)
 	if err != nil {
 		return err
 	}
@@ -108,8 +110,8 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	}
 	// Against the lock, when there is one: markers, key_arg and look-ups
 	// against the pinned schemas.
-	lockPath := effectsLockPath(cfg, positional[0])
-	lock, err := declared.ReadLock(lockPath)
+	lockPath := effectset.LockPath(cfg.EffectsLock, positional[0])
+	lock, err := upstream.ReadLock(lockPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		fmt.Fprintf(a.stdout, "%s: %d effects, %d upstreams, valid offline (no lock %s: outboxd effects pin writes it)\n", positional[0], len(effs), len(file.Upstreams), lockPath)
@@ -117,10 +119,10 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	case err != nil:
 		return err
 	}
-	if _, problems := repin(file, lock); len(problems) > 0 {
+	if _, problems := upstream.Repin(file, lock, effectset.TakenNames()); len(problems) > 0 {
 		return fmt.Errorf("%s against %s:\n  %s", positional[0], lockPath, strings.Join(problems, "\n  "))
 	}
-	catalog, err := declared.Bind(file, lock, &declared.BindConfig{EffectsPath: positional[0], LockPath: lockPath})
+	catalog, err := upstream.Bind(file, lock, &upstream.BindConfig{EffectsPath: positional[0], LockPath: lockPath})
 	if err != nil {
 		return err
 	}
@@ -149,51 +151,6 @@ func (a *app) effectsCheck(ctx context.Context, args []string) error {
 	return nil
 }
 
-// repin classifies a lock's listings again under the file's declarations,
-// as pin would: the problems a declaration has with the pinned schemas.
-func repin(file *declared.File, lock *declared.Lock) (*declared.Lock, []string) {
-	taken := reservedTaken()
-	for _, e := range file.Effects {
-		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
-	}
-	out := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{}}
-	var problems []string
-	for _, u := range file.Upstreams {
-		lu := lock.Upstreams[u.Name()]
-		if lu == nil {
-			problems = append(problems, fmt.Sprintf("upstream %s: not in the lock: run outboxd effects pin", u.Name()))
-			continue
-		}
-		var listed []*mcp.Tool
-		for _, lt := range lu.Tools {
-			listed = append(listed, &mcp.Tool{Name: lt.Name, Description: lt.Description, InputSchema: lt.InputSchema, Annotations: lt.Annotations})
-		}
-		entry, p := u.Pin(lu.Server, listed, &declared.PinOpts{Taken: taken})
-		for _, lt := range entry.Tools {
-			if lt.Mirrored != "" && lt.Class != declared.ClassWithdrawn {
-				taken[lt.Mirrored] = "upstream " + u.Name()
-			}
-		}
-		out.Upstreams[u.Name()] = entry
-		problems = append(problems, p...)
-	}
-	return out, problems
-}
-
-// reservedTaken are the names no mirrored tool may take: the built-in
-// effects, their tools and outbox's read tools.
-func reservedTaken() map[string]string {
-	names, tools := builtinNames()
-	taken := map[string]string{}
-	for _, n := range names {
-		taken[n] = "the built-in effect " + n
-	}
-	for _, t := range tools {
-		taken[t] = "outbox's tool " + t
-	}
-	return taken
-}
-
 func (a *app) effectsPin(ctx context.Context, args []string) error {
 	fset := newFlagSet(cmdEffectsPin)
 	positional, err := a.parse(cmdEffectsPin, fset, args, 0, 1)
@@ -211,35 +168,21 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 	if path == "" {
 		return &usageError{cmd: cmdEffectsPin.name, msg: "no effects file: name one, or set OUTBOX_EFFECTS_FILE"}
 	}
-	file, err := loadDeclaredFile(cfg, path, false, nil)
+	file, err := effectset.LoadFile(effectSetConfig(cfg, nil, nil), path, false, nil)
 	if err != nil {
 		return err
 	}
 	if len(file.Upstreams) == 0 {
 		return fmt.Errorf("%s declares no upstreams: nothing to pin", path)
 	}
-	taken := reservedTaken()
-	for _, e := range file.Effects {
-		taken[e.Name()], taken[e.Tool()] = "effect "+e.Name(), "effect "+e.Name()
+	lock, problems, err := upstream.PinFile(ctx, file, effectset.TakenNames(), version())
+	if err != nil {
+		return err
 	}
-	lock := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{}}
-	var problems []string
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UPSTREAM\tTOOL\tMIRRORED\tCLASS\tGUARANTEE")
 	for _, u := range file.Upstreams {
-		conn := declared.NewUpstreamConn(u, &declared.UpstreamConnConfig{Version: version()})
-		server, listed, err := conn.ListTools(ctx)
-		conn.Close()
-		if err != nil {
-			return fmt.Errorf("upstream %s (%s): %w", u.Name(), u.Transport(), err)
-		}
-		entry, p := u.Pin(server, listed, &declared.PinOpts{Taken: taken})
-		problems = append(problems, p...)
-		lock.Upstreams[u.Name()] = entry
-		for _, lt := range entry.Tools {
-			if lt.Class != declared.ClassWithdrawn {
-				taken[lt.Mirrored] = "upstream " + u.Name() + " tool " + lt.Name
-			}
+		for _, lt := range lock.Upstreams[u.Name()].Tools {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Name(), lt.Name, orDash(lt.Mirrored), lt.Class, orDash(string(lt.Guarantee)))
 		}
 	}
@@ -248,7 +191,7 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 	}
 	for _, u := range file.Upstreams {
 		for _, lt := range lock.Upstreams[u.Name()].Tools {
-			if lt.Class == declared.ClassRecorded && lt.Guarantee == effects.GuaranteeAtMostOnce && !u.HasOutcomeRules(lt.Name) {
+			if lt.Class == upstream.ClassRecorded && lt.Guarantee == effects.GuaranteeAtMostOnce && !u.HasOutcomeRules(lt.Name) {
 				fmt.Fprintf(a.stderr, "warning: upstream %s tool %s is at_most_once without outcome rules: every isError answer and every lost answer ends unknown for an operator\n", u.Name(), lt.Name)
 			}
 		}
@@ -256,8 +199,8 @@ func (a *app) effectsPin(ctx context.Context, args []string) error {
 	if len(problems) > 0 {
 		return fmt.Errorf("nothing pinned:\n  %s", strings.Join(problems, "\n  "))
 	}
-	lockPath := effectsLockPath(cfg, path)
-	if err := declared.WriteLock(lockPath, lock); err != nil {
+	lockPath := effectset.LockPath(cfg.EffectsLock, path)
+	if err := upstream.WriteLock(lockPath, lock); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "pinned %d upstreams into %s\n", len(file.Upstreams), lockPath)
@@ -285,10 +228,12 @@ func (a *app) effectsList(ctx context.Context, args []string) error {
 	}
 	// No database: the sandbox's noop effects record what they do in one,
 	// but listing them needs none.
-	registry, err := newEffectRegistry(cfg, nil, slog.New(slog.DiscardHandler))
+	set, err := newEffectSet(ctx, cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
+	defer set.Close()
+	registry := set.Registry
 	tools, err := mcpserver.ToolsFor(registry)
 	if err != nil {
 		return err
@@ -304,7 +249,7 @@ func (a *app) effectsList(ctx context.Context, args []string) error {
 		if _, ok := e.(*declared.Effect); ok {
 			item.Source = "declared"
 		}
-		if t, ok := e.(*declared.UpstreamTool); ok {
+		if t, ok := e.(*upstream.Tool); ok {
 			item.Source = "upstream " + t.UpstreamName() + " (" + t.UpstreamTool() + ", recorded)"
 		}
 		if _, ok := e.(effects.ArgsGuaranteer); ok {
@@ -315,11 +260,8 @@ func (a *app) effectsList(ctx context.Context, args []string) error {
 		}
 		list = append(list, item)
 	}
-	for _, p := range passthroughTools(cfg) {
+	for _, p := range set.Passthrough() {
 		list = append(list, effectListed{Name: p.Name(), Guarantee: "pass-through", Tool: p.Name(), Source: "upstream " + p.UpstreamName() + " (pass-through)"})
-	}
-	if cfg.upstreams != nil {
-		cfg.upstreams.Close()
 	}
 	if *asJSON {
 		return json.NewEncoder(a.stdout).Encode(map[string]any{"effects": list})

@@ -72,10 +72,12 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	logger := newLogger(cfg, a.stderr)
-	registry, err := newEffectRegistry(cfg, pool, logger)
+	effectSet, err := newEffectSet(ctx, cfg, pool, logger)
 	if err != nil {
 		return err
 	}
+	defer effectSet.Close()
+	registry := effectSet.Registry
 	if len(registry.Names()) == 0 {
 		// A nil registry, not an empty one: an empty one would refuse
 		// every effect.

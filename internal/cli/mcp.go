@@ -66,17 +66,14 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 	// The registry as serve would enable it, possibly empty: a tool for an
 	// effect that is not enabled then answers unknown_effect, rather than
 	// recording an intent nobody will carry out.
-	registry, err := newEffectRegistry(cfg, pool, logger)
+	set, err := newEffectSet(ctx, cfg, pool, logger)
 	if err != nil {
 		return err
 	}
 	// Pass-through calls reach the upstreams from here; recorded ones
 	// only from serve's workers.
-	defer func() {
-		if cfg.upstreams != nil {
-			cfg.upstreams.Close()
-		}
-	}()
+	defer set.Close()
+	registry := set.Registry
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Logger: logger, Schema: cfg.Schema})
 	if err != nil {
 		return err
@@ -87,7 +84,7 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 		Logger:        logger,
 		ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
 		Namespace:     cfg.Namespace,
-		Passthrough:   passthroughTools(cfg),
+		Passthrough:   set.Passthrough(),
 		Retention:     cfg.Retention,
 		StateKey:      cfg.StateKeyValue(),
 		Version:       version(),

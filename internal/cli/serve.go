@@ -16,13 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-dev/outbox/dispatcher"
-	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/metrics"
 	"github.com/outbox-dev/outbox/migrations"
+
+	"github.com/outbox-dev/outbox/internal/effectset"
 )
 
 var cmdServe = &command{
@@ -104,17 +105,16 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		return err
 	}
 
-	registry, stopEffects, err := startEffectRegistry(cfg, pool, logger)
+	set, err := startEffectSet(ctx, cfg, pool, logger, metrics.NewEffects())
 	if err != nil {
 		return err
 	}
-	defer stopEffects() // after the dispatcher stopped: its attempts may be calling them
-	if cfg.upstreams != nil {
-		// Children and sessions end after the dispatcher stopped, its
-		// attempts finished (deferred calls run last in, first out).
-		defer cfg.upstreams.Close()
-		cfg.upstreams.Start(ctx)
-	}
+	// The upstreams' children and sessions, then the sandbox's stand-ins,
+	// end after the dispatcher stopped, its attempts finished (deferred
+	// calls run last in, first out).
+	defer set.Close()
+	set.Upstreams.Start(ctx)
+	registry := set.Registry
 	if len(registry.Names()) == 0 {
 		return errors.New("no effect is enabled: configure a provider or set OUTBOX_SANDBOX=true")
 	}
@@ -126,7 +126,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if len(cfg.Tokens()) == 0 {
 		logger.WarnContext(ctx, "serving without API tokens (OUTBOX_ALLOW_NO_AUTH=true): anything on this machine can use the API and /mcp as operator of namespace default")
 	}
-	dcfg := daemonConfig(cfg, registry, logger)
+	dcfg := daemonConfig(cfg, set, logger)
 	if tracerProvider.Enabled {
 		dcfg.TracerProvider = tracerProvider
 	}
@@ -161,13 +161,14 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	return runErr
 }
 
-// daemonConfig is what serve (and the demo) run, from the configuration.
-func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) *daemon.Config {
+// daemonConfig is what serve (and the demo) run, from the configuration
+// and the effect set.
+func daemonConfig(cfg *Config, set *effectset.Set, logger *slog.Logger) *daemon.Config {
 	return &daemon.Config{
 		AdminAddr:     cfg.AdminAddr,
 		APITokens:     cfg.Tokens(),
 		ApprovalRules: cfg.ApprovalRules(),
-		Collectors:    []prometheus.Collector{databaseErrors, declaredRuleErrors, upstreamCalls, upstreamDrift},
+		Collectors:    append([]prometheus.Collector{databaseErrors}, set.Metrics.Collectors()...),
 		Console:       console.Config{UIPassword: cfg.UIPassword, UIUser: cfg.UIUser},
 		Dispatcher: dispatcher.Config{
 			ApprovalTTL:               cfg.ApprovalTTL,
@@ -180,7 +181,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 			Retention:                 cfg.Retention,
 			Workers:                   cfg.Workers,
 		},
-		Effects:              registry,
+		Effects:              set.Registry,
 		GaugeRefreshInterval: time.Duration(gaugeRefreshInterval.Load()),
 		HTTPAddr:             cfg.HTTPAddr,
 		Logger:               logger,
@@ -189,7 +190,7 @@ func daemonConfig(cfg *Config, registry *effects.Registry, logger *slog.Logger) 
 			ApprovalTTL:   cfg.ApprovalTTL,
 			AutoKeyWindow: cfg.AutoKeyWindow,
 			ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
-			Passthrough:   passthroughTools(cfg),
+			Passthrough:   set.Passthrough(),
 			Retention:     cfg.Retention,
 			StateKey:      cfg.StateKeyValue(),
 		},

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/daemon"
+	"github.com/outbox-dev/outbox/internal/effectset"
 	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/migrations"
@@ -26,9 +26,9 @@ type EnvConfig struct {
 	// for outbox's tables in schema. Required.
 	ConnectFunc func(ctx context.Context, databaseURL, schema string) (*pgxpool.Pool, error)
 
-	// DaemonConfigFunc is serve's configuration of outboxd for registry, on
-	// the database and schema ConnectFunc was last given. Required.
-	DaemonConfigFunc func(registry *effects.Registry) *daemon.Config
+	// DaemonConfigFunc is serve's configuration of outboxd for set, on the
+	// database and schema ConnectFunc was last given. Required.
+	DaemonConfigFunc func(set *effectset.Set) *daemon.Config
 
 	// DatabaseURL is the user's database, where the demo works in Schema;
 	// empty starts a throwaway PostgreSQL cluster instead. Defaults to
@@ -39,13 +39,13 @@ type EnvConfig struct {
 	// prints it. Defaults to empty.
 	DatabaseURLRedacted string
 
+	// EffectSetFunc builds the effects outboxd runs, pointed at sb's
+	// stand-ins; the environment closes the set when it stops. Required.
+	EffectSetFunc func(ctx context.Context, pool *pgxpool.Pool, sb *sandbox.Sandbox) (*effectset.Set, error)
+
 	// Logger receives the logs of what the demo starts. Defaults to a
 	// logger that discards.
 	Logger *slog.Logger
-
-	// RegistryFunc builds the effects outboxd runs, pointed at sb's
-	// stand-ins. Required.
-	RegistryFunc func(pool *pgxpool.Pool, sb *sandbox.Sandbox) (*effects.Registry, error)
 
 	// SandboxFunc starts the sandbox's stand-ins. Required.
 	SandboxFunc func() (*sandbox.Sandbox, error)
@@ -124,13 +124,20 @@ func StartEnv(ctx context.Context, config *EnvConfig, out *Output) (*Environment
 	}
 	env.Sandbox = sb
 	env.stops = append(env.stops, sb.Close)
-	registry, err := config.RegistryFunc(pool, sb)
+	set, err := config.EffectSetFunc(ctx, pool, sb)
 	if err != nil {
 		return env, err
 	}
+	env.stops = append(env.stops, set.Close)
+	registry := set.Registry
 
 	// An MCP server behind outbox (part 5), in this process on loopback.
-	up, err := startUpstreamServer(ctx, &config.Upstream, logger)
+	upstreamConfig := config.Upstream
+	if upstreamConfig.ObserveCallFunc == nil && set.Metrics != nil {
+		// Counted as serve counts its upstreams' calls.
+		upstreamConfig.ObserveCallFunc = func(u, t, o string) { set.Metrics.UpstreamCalls.WithLabelValues(u, t, o).Inc() }
+	}
+	up, err := startUpstreamServer(ctx, &upstreamConfig, logger)
 	if err != nil {
 		return env, err
 	}
@@ -140,7 +147,7 @@ func StartEnv(ctx context.Context, config *EnvConfig, out *Output) (*Environment
 	}
 	env.Upstream = &Upstream{URL: up.url, Tool: "create_note", Mirrored: "demo_create_note", Effects: up.notes}
 
-	dcfg := config.DaemonConfigFunc(registry)
+	dcfg := config.DaemonConfigFunc(set)
 	for _, p := range up.catalog.Passthrough {
 		dcfg.MCP.Passthrough = append(dcfg.MCP.Passthrough, p)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/internal/sandbox/mcpupstream"
+	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 // upstreamFile declares the demo's MCP server: a notes server whose
@@ -46,7 +47,7 @@ type UpstreamConfig struct {
 type upstreamServer struct {
 	url     string
 	state   string
-	catalog *declared.Catalog
+	catalog *upstream.Catalog
 	stop    func()
 }
 
@@ -78,7 +79,7 @@ func startUpstreamServer(ctx context.Context, config *UpstreamConfig, logger *sl
 		cancel()
 		_ = os.RemoveAll(state)
 	}
-	file, err := declared.ParseFile("demo upstream", []byte(upstreamFile), &declared.Config{
+	file, err := upstream.ParseFile("demo upstream", []byte(upstreamFile), &declared.Config{
 		LookupEnv:    func(name string) (string, bool) { return u.url, name == "DEMO_NOTES_URL" },
 		LoopbackOnly: true,
 	})
@@ -93,22 +94,22 @@ func startUpstreamServer(ctx context.Context, config *UpstreamConfig, logger *sl
 }
 
 // pinAndBind pins the file's upstreams in memory and binds them.
-func pinAndBind(ctx context.Context, file *declared.File, config *UpstreamConfig, logger *slog.Logger) (*declared.Catalog, error) {
-	lock := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{}}
+func pinAndBind(ctx context.Context, file *upstream.File, config *UpstreamConfig, logger *slog.Logger) (*upstream.Catalog, error) {
+	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{}}
 	for _, up := range file.Upstreams {
-		conn := declared.NewUpstreamConn(up, &declared.UpstreamConnConfig{Version: config.Version})
+		conn := upstream.NewConn(up, &upstream.ConnConfig{Version: config.Version})
 		server, listed, err := conn.ListTools(ctx)
 		conn.Close()
 		if err != nil {
 			return nil, err
 		}
-		entry, problems := up.Pin(server, listed, &declared.PinOpts{Taken: config.Taken})
+		entry, problems := up.Pin(server, listed, &upstream.PinOpts{Taken: config.Taken})
 		if len(problems) > 0 {
 			return nil, fmt.Errorf("%s", problems[0])
 		}
 		lock.Upstreams[up.Name()] = entry
 	}
-	return declared.Bind(file, lock, &declared.BindConfig{Logger: logger, Version: config.Version,
+	return upstream.Bind(file, lock, &upstream.BindConfig{Logger: logger, Version: config.Version,
 		ObserveCallFunc: config.ObserveCallFunc})
 }
 

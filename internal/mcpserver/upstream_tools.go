@@ -17,7 +17,7 @@ import (
 
 // PassthroughTool is a tool of an MCP upstream forwarded live: read-only by
 // the file's declaration or the upstream's hint, never recorded
-// (effects/declared, PassthroughTool).
+// (internal/upstream, PassthroughTool).
 type PassthroughTool interface {
 	Name() string
 	UpstreamName() string
@@ -31,7 +31,7 @@ type PassthroughTool interface {
 
 // upstreamEffect is a recorded tool of an MCP upstream: an effect whose
 // call waits for the intent's end and answers with the upstream's stored
-// result (effects/declared, UpstreamTool).
+// result (internal/upstream, Tool).
 type upstreamEffect interface {
 	describedEffect
 	effects.UpstreamTooler

@@ -1,4 +1,4 @@
-package declared
+package upstream
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // Restart backoff of an upstream's child or session.
@@ -30,8 +32,8 @@ const (
 // child that would not start, every slot taken for connect_timeout.
 var errUnavailable = errors.New("upstream unavailable")
 
-// UpstreamConnConfig configures the connections to one upstream.
-type UpstreamConnConfig struct {
+// ConnConfig configures the connections to one upstream.
+type ConnConfig struct {
 	// Logger receives the children's stderr (at debug, scrubbed) and the
 	// connections' events. Defaults to a logger that discards.
 	Logger *slog.Logger
@@ -40,10 +42,10 @@ type UpstreamConnConfig struct {
 	Version string
 }
 
-// UpstreamConn holds the sessions to one upstream: `processes` stdio
+// Conn holds the sessions to one upstream: `processes` stdio
 // children or HTTP sessions, each taking at most `max_in_flight` calls at
 // once, connected on first use and reconnected with backoff.
-type UpstreamConn struct {
+type Conn struct {
 	u       *Upstream
 	client  *mcp.Client
 	logger  *slog.Logger
@@ -56,7 +58,7 @@ type UpstreamConn struct {
 
 // member is one child or HTTP session.
 type member struct {
-	conn  *UpstreamConn
+	conn  *Conn
 	slots chan struct{}
 
 	mu       sync.Mutex
@@ -67,10 +69,10 @@ type member struct {
 	tempDir  string
 }
 
-// NewUpstreamConn returns the connections to u; nothing connects until a
+// NewConn returns the connections to u; nothing connects until a
 // call needs it.
-func NewUpstreamConn(u *Upstream, config *UpstreamConnConfig) *UpstreamConn {
-	cfg := UpstreamConnConfig{}
+func NewConn(u *Upstream, config *ConnConfig) *Conn {
+	cfg := ConnConfig{}
 	if config != nil {
 		cfg = *config
 	}
@@ -80,7 +82,7 @@ func NewUpstreamConn(u *Upstream, config *UpstreamConnConfig) *UpstreamConn {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	c := &UpstreamConn{u: u, logger: cfg.Logger.With(slog.String("upstream", u.name))}
+	c := &Conn{u: u, logger: cfg.Logger.With(slog.String("upstream", u.name))}
 	c.client = mcp.NewClient(&mcp.Implementation{Name: "outbox", Version: cfg.Version}, &mcp.ClientOptions{
 		// outbox never answers an upstream's request for input (sampling,
 		// elicitation, roots): a recorded call runs without a person, and
@@ -100,12 +102,12 @@ func NewUpstreamConn(u *Upstream, config *UpstreamConnConfig) *UpstreamConn {
 }
 
 // Upstream is the declaration the connections serve.
-func (c *UpstreamConn) Upstream() *Upstream { return c.u }
+func (c *Conn) Upstream() *Upstream { return c.u }
 
 // acquire takes a slot of a member and its session, connecting it if need
 // be, within the upstream's connect_timeout; release gives the slot back.
 // An error is errUnavailable: nothing was sent.
-func (c *UpstreamConn) acquire(ctx context.Context) (*member, *mcp.ClientSession, func(), error) {
+func (c *Conn) acquire(ctx context.Context) (*member, *mcp.ClientSession, func(), error) {
 	if c.closed.Load() {
 		return nil, nil, nil, fmt.Errorf("%w: outboxd is stopping", errUnavailable)
 	}
@@ -174,7 +176,7 @@ func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
 }
 
 // dial starts a child (stdio) or opens an HTTP session.
-func (c *UpstreamConn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) {
+func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) {
 	var transport mcp.Transport
 	if c.u.Stdio() {
 		cmd, err := c.command(m)
@@ -183,7 +185,7 @@ func (c *UpstreamConn) dial(ctx context.Context, m *member) (*mcp.ClientSession,
 		}
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}
 	} else {
-		endpoint, _, err := c.u.url.renderString(&renderCtx{env: c.u.resolved})
+		endpoint, _, err := c.u.url.RenderString(&effectfile.RenderCtx{Env: c.u.resolved})
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +207,7 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // command builds a child's command: argv as declared, the environment from
 // inherit and env only, in dir or a private temporary directory, in its own
 // process group, killed when outboxd dies.
-func (c *UpstreamConn) command(m *member) (*exec.Cmd, error) {
+func (c *Conn) command(m *member) (*exec.Cmd, error) {
 	path, err := exec.LookPath(c.u.command[0])
 	if err != nil {
 		return nil, fmt.Errorf("command %s: %w", c.u.command[0], err)
@@ -217,7 +219,7 @@ func (c *UpstreamConn) command(m *member) (*exec.Cmd, error) {
 		}
 	}
 	for _, e := range c.u.env {
-		v, _, err := e.value.renderString(&renderCtx{env: c.u.resolved})
+		v, _, err := e.value.RenderString(&effectfile.RenderCtx{Env: c.u.resolved})
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +244,7 @@ func (c *UpstreamConn) command(m *member) (*exec.Cmd, error) {
 }
 
 // logStderr logs a child's stderr at debug, scrubbed.
-func (c *UpstreamConn) logStderr(r io.Reader) {
+func (c *Conn) logStderr(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 64<<10)
 	for sc.Scan() {
@@ -252,7 +254,7 @@ func (c *UpstreamConn) logStderr(r io.Reader) {
 
 // Close ends every session: a child's stdin is closed, then SIGTERM after
 // 5 s and SIGKILL after 5 s more (mcp.CommandTransport).
-func (c *UpstreamConn) Close() {
+func (c *Conn) Close() {
 	c.closed.Store(true)
 	var wg sync.WaitGroup
 	for _, m := range c.members {
@@ -273,7 +275,7 @@ func (c *UpstreamConn) Close() {
 }
 
 // ListTools lists every tool of the upstream (all pages).
-func (c *UpstreamConn) ListTools(ctx context.Context) (server string, tools []*mcp.Tool, err error) {
+func (c *Conn) ListTools(ctx context.Context) (server string, tools []*mcp.Tool, err error) {
 	_, s, release, err := c.acquire(ctx)
 	if err != nil {
 		return "", nil, err
@@ -319,7 +321,7 @@ type upstreamRoundTripper struct {
 func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	for _, h := range t.u.headers {
-		v, _, err := h.value.renderString(&renderCtx{env: t.u.resolved})
+		v, _, err := h.value.RenderString(&effectfile.RenderCtx{Env: t.u.resolved})
 		if err != nil {
 			return nil, err
 		}

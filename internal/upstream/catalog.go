@@ -1,4 +1,4 @@
-package declared
+package upstream
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outbox-dev/outbox/effects"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // BindConfig configures Bind.
@@ -39,9 +41,9 @@ type BindConfig struct {
 // recorded tools (effects), the pass-through tools, and the connections.
 type Catalog struct {
 	// Conns are the upstreams' connections.
-	Conns []*UpstreamConn
+	Conns []*Conn
 	// Recorded are the recorded tools: effects to register.
-	Recorded []*UpstreamTool
+	Recorded []*Tool
 	// Passthrough are the tools forwarded live.
 	Passthrough []*PassthroughTool
 	// Warnings are the tools withdrawn at pin, one line each.
@@ -87,7 +89,7 @@ func Bind(f *File, lock *Lock, config *BindConfig) (*Catalog, error) {
 			return nil, fmt.Errorf("%w: upstream %s was pinned for another declaration (the lock %s is older than the file): %s", ErrLockMissing, u.name, cfg.LockPath, pin)
 		}
 		c.locked[u.name] = lu
-		conn := NewUpstreamConn(u, &UpstreamConnConfig{Logger: cfg.Logger, Version: cfg.Version})
+		conn := NewConn(u, &ConnConfig{Logger: cfg.Logger, Version: cfg.Version})
 		c.Conns = append(c.Conns, conn)
 		for _, lt := range lu.Tools {
 			switch lt.Class {
@@ -96,7 +98,7 @@ func Bind(f *File, lock *Lock, config *BindConfig) (*Catalog, error) {
 			case ClassPassthrough:
 				c.Passthrough = append(c.Passthrough, &PassthroughTool{conn: conn, locked: lt, observe: cfg.ObserveCallFunc})
 			case ClassRecorded:
-				t, err := newUpstreamTool(conn, lt, u.toolDecl(lt.Name))
+				t, err := newTool(conn, lt, u.toolDecl(lt.Name))
 				if err != nil {
 					return nil, fmt.Errorf("upstream %s: tool %s: %w (%s)", u.name, lt.Name, err, pin)
 				}
@@ -108,9 +110,9 @@ func Bind(f *File, lock *Lock, config *BindConfig) (*Catalog, error) {
 	return c, nil
 }
 
-// newUpstreamTool builds a recorded tool from its pin and declaration.
-func newUpstreamTool(conn *UpstreamConn, lt *LockedTool, decl *ToolDecl) (*UpstreamTool, error) {
-	t := &UpstreamTool{conn: conn, decl: decl, locked: lt, name: lt.Mirrored, guarantee: lt.Guarantee, description: lt.Description}
+// newTool builds a recorded tool from its pin and declaration.
+func newTool(conn *Conn, lt *LockedTool, decl *ToolDecl) (*Tool, error) {
+	t := &Tool{conn: conn, decl: decl, locked: lt, name: lt.Mirrored, guarantee: lt.Guarantee, description: lt.Description}
 	if decl != nil && decl.description != "" {
 		t.description = cleanText(decl.description)
 	}
@@ -119,7 +121,7 @@ func newUpstreamTool(conn *UpstreamConn, lt *LockedTool, decl *ToolDecl) (*Upstr
 	}
 	schema := lt.InputSchema
 	if decl != nil && decl.args != nil {
-		schema, _ = marshalJSON(plain(decl.args))
+		schema, _ = effectfile.MarshalJSON(effectfile.Plain(decl.args))
 	}
 	var m map[string]any
 	if err := json.Unmarshal(schema, &m); err != nil || m == nil {
@@ -153,7 +155,7 @@ func newUpstreamTool(conn *UpstreamConn, lt *LockedTool, decl *ToolDecl) (*Upstr
 		"guarantee":    lt.Guarantee,
 	}
 	if decl != nil {
-		hashed["declaration"] = plain(withoutDescriptions(decl.declarations))
+		hashed["declaration"] = effectfile.Plain(withoutDescriptions(decl.declarations))
 	}
 	if t.sha256, err = canonicalSHA256(hashed); err != nil {
 		return nil, err
@@ -195,7 +197,7 @@ func (c *Catalog) Start(ctx context.Context) {
 
 // compare lists one upstream's tools and withdraws or restores each of
 // its pinned tools.
-func (c *Catalog) compare(ctx context.Context, conn *UpstreamConn) {
+func (c *Catalog) compare(ctx context.Context, conn *Conn) {
 	ctx, cancel := context.WithTimeout(ctx, conn.u.connectTimeout+conn.u.timeout)
 	defer cancel()
 	_, listed, err := conn.ListTools(ctx)
@@ -263,7 +265,7 @@ func (c *Catalog) Close() {
 // PassthroughTool is an upstream tool forwarded live: read-only by its
 // declaration or the upstream's hint, never recorded.
 type PassthroughTool struct {
-	conn      *UpstreamConn
+	conn      *Conn
 	locked    *LockedTool
 	observe   func(upstream, tool, outcome string)
 	withdrawn atomic.Pointer[string]

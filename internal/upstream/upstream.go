@@ -1,4 +1,4 @@
-package declared
+package upstream
 
 import (
 	"crypto/sha256"
@@ -13,19 +13,21 @@ import (
 	"github.com/gowebpki/jcs"
 
 	"github.com/outbox-dev/outbox/effects"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // Defaults of an upstream's settings (docs/effects.md, "In front of an MCP
 // server").
 const (
-	UpstreamConnectTimeoutDefault = 10 * time.Second
-	UpstreamMaxInFlightDefault    = 4
-	UpstreamMissingGraceDefault   = 10 * time.Minute
-	UpstreamProcessesDefault      = 1
-	UpstreamRefreshDefault        = 5 * time.Minute
-	UpstreamResultMaxDefault      = 64 << 10
-	UpstreamResultMaxMax          = 1 << 20
-	UpstreamWaitMax               = 60 * time.Second
+	ConnectTimeoutDefault = 10 * time.Second
+	MaxInFlightDefault    = 4
+	MissingGraceDefault   = 10 * time.Minute
+	ProcessesDefault      = 1
+	RefreshDefault        = 5 * time.Minute
+	ResultMaxDefault      = 64 << 10
+	ResultMaxMax          = 1 << 20
+	WaitMax               = 60 * time.Second
 )
 
 // Read-only hint policies.
@@ -73,7 +75,7 @@ type Upstream struct {
 	dir     string
 
 	// streamable HTTP
-	url     *template
+	url     *effectfile.Template
 	headers []headerDecl
 
 	prefix         string
@@ -106,7 +108,7 @@ type Upstream struct {
 
 type envEntry struct {
 	name  string
-	value *template
+	value *effectfile.Template
 }
 
 // ToolDecl is the declaration of one upstream tool, by its upstream name.
@@ -120,36 +122,30 @@ type ToolDecl struct {
 	keyArg       string
 	window       time.Duration
 	retrySafe    bool
-	rules        []mcpRule
+	rules        []effectfile.Rule
 	mirrored     string
-	args         orderedMap
+	args         effectfile.Map
 	description  string
-	declarations orderedMap // as written, for the hash
+	declarations effectfile.Map // as written, for the hash
 }
 
 type markerDecl struct {
 	arg     string
 	prepend bool
-	text    *template
+	text    *effectfile.Template
 }
 
 // upstreamLookup asks the upstream, through one of its pass-through tools,
 // whether a recorded call acted.
 type upstreamLookup struct {
 	tool    string
-	args    []orderedKV // name -> *template
-	argT    map[string]*template
-	items   *condition
-	match   *condition
-	found   *condition
-	missing *condition
-	result  []resultField
-}
-
-type mcpRule struct {
-	when  *condition
-	class string
-	code  string
+	args    []effectfile.KV // name -> *template
+	argT    map[string]*effectfile.Template
+	items   *effectfile.Condition
+	match   *effectfile.Condition
+	found   *effectfile.Condition
+	missing *effectfile.Condition
+	result  []effectfile.ResultField
 }
 
 // Name is the upstream's name.
@@ -166,7 +162,7 @@ func (u *Upstream) Transport() string {
 	if u.Stdio() {
 		return "stdio: " + strings.Join(u.command, " ")
 	}
-	return "http: " + u.url.raw
+	return "http: " + u.url.Raw
 }
 
 // Wait is how long a recorded call waits for its intent's end.
@@ -221,7 +217,7 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 	if !upstreamNameRE.MatchString(name) {
 		return nil, fail("", "an upstream's name must match %s", upstreamNameRE)
 	}
-	m, ok := v.(orderedMap)
+	m, ok := v.(effectfile.Map)
 	if !ok {
 		return nil, fail("", "must be a mapping")
 	}
@@ -230,10 +226,10 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 	}
 	u := &Upstream{
 		name: name, prefix: name + "_", readOnlyHints: ReadOnlyHintsTrust,
-		timeout: l.cfg.EffectTimeout, connectTimeout: UpstreamConnectTimeoutDefault,
-		processes: UpstreamProcessesDefault, maxInFlight: UpstreamMaxInFlightDefault,
-		refresh: UpstreamRefreshDefault, resultMax: UpstreamResultMaxDefault,
-		missingGrace: UpstreamMissingGraceDefault, resolved: map[string]string{},
+		timeout: l.cfg.EffectTimeout, connectTimeout: ConnectTimeoutDefault,
+		processes: ProcessesDefault, maxInFlight: MaxInFlightDefault,
+		refresh: RefreshDefault, resultMax: ResultMaxDefault,
+		missingGrace: MissingGraceDefault, resolved: map[string]string{},
 	}
 	var err error
 	if u.description, err = optString(m, "description", fail); err != nil {
@@ -243,8 +239,8 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 	// The transport: a command or a URL, never both. Upstream-level fields
 	// take {env.*} only: an argument must never reach argv, a URL's
 	// authority or a header.
-	cmdV, hasCmd := m.get("command")
-	urlV, hasURL := m.get("url")
+	cmdV, hasCmd := m.Get("command")
+	urlV, hasURL := m.Get("url")
 	switch {
 	case hasCmd && hasURL:
 		return nil, fail("url", "an upstream has a command (stdio) or a url (streamable HTTP), not both")
@@ -265,24 +261,24 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 			}
 			u.command = append(u.command, s)
 		}
-		if e, ok := m.get("env"); ok {
-			em, ok := e.(orderedMap)
+		if e, ok := m.Get("env"); ok {
+			em, ok := e.(effectfile.Map)
 			if !ok {
 				return nil, fail("env", "must map variable names to values")
 			}
 			for _, kv := range em {
-				if !envNameRE.MatchString(kv.key) {
-					return nil, fail("env."+kv.key, "not a valid variable name")
+				if !effectfile.EnvNameRE.MatchString(kv.Key) {
+					return nil, fail("env."+kv.Key, "not a valid variable name")
 				}
-				t, err := l.envOnlyTemplate(text(kv.value))
+				t, err := l.envOnlyTemplate(effectfile.Text(kv.Value))
 				if err != nil {
-					return nil, fail("env."+kv.key, "%v", err)
+					return nil, fail("env."+kv.Key, "%v", err)
 				}
-				u.env = append(u.env, envEntry{name: kv.key, value: t})
+				u.env = append(u.env, envEntry{name: kv.Key, value: t})
 			}
 		}
 		u.inherit = slices.Clone(inheritDefault)
-		if in, ok := m.get("inherit"); ok {
+		if in, ok := m.Get("inherit"); ok {
 			if u.inherit, err = stringList(in); err != nil {
 				return nil, fail("inherit", "%v", err)
 			}
@@ -298,38 +294,38 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 		if u.url, err = l.envOnlyTemplate(s); err != nil {
 			return nil, fail("url", "%v", err)
 		}
-		if h, ok := m.get("headers"); ok {
-			hm, ok := h.(orderedMap)
+		if h, ok := m.Get("headers"); ok {
+			hm, ok := h.(effectfile.Map)
 			if !ok {
 				return nil, fail("headers", "must map header names to values")
 			}
 			for _, kv := range hm {
-				if !headerNameRE.MatchString(kv.key) {
-					return nil, fail("headers."+kv.key, "not a valid header name")
+				if !effectfile.HeaderNameRE.MatchString(kv.Key) {
+					return nil, fail("headers."+kv.Key, "not a valid header name")
 				}
-				t, err := l.envOnlyTemplate(text(kv.value))
+				t, err := l.envOnlyTemplate(effectfile.Text(kv.Value))
 				if err != nil {
-					return nil, fail("headers."+kv.key, "%v", err)
+					return nil, fail("headers."+kv.Key, "%v", err)
 				}
-				u.headers = append(u.headers, headerDecl{name: kv.key, value: t})
+				u.headers = append(u.headers, headerDecl{name: kv.Key, value: t})
 			}
 		}
 		for _, f := range []string{"env", "inherit", "dir"} {
-			if _, ok := m.get(f); ok {
+			if _, ok := m.Get(f); ok {
 				return nil, fail(f, "only a stdio upstream (command) has one")
 			}
 		}
 	}
 
-	if p, ok := m.get("prefix"); ok {
+	if p, ok := m.Get("prefix"); ok {
 		s, isStr := p.(string)
 		if !isStr {
 			return nil, fail("prefix", "must be a string")
 		}
 		u.prefix = s
 	}
-	inc, hasInc := m.get("include")
-	exc, hasExc := m.get("exclude")
+	inc, hasInc := m.Get("include")
+	exc, hasExc := m.Get("exclude")
 	if hasInc && hasExc {
 		return nil, fail("exclude", "include and exclude do not go together")
 	}
@@ -343,7 +339,7 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 			return nil, fail("exclude", "%v", err)
 		}
 	}
-	if ns, ok := m.get("namespaces"); ok {
+	if ns, ok := m.Get("namespaces"); ok {
 		if u.namespaces, err = stringList(ns); err != nil {
 			return nil, fail("namespaces", "%v", err)
 		}
@@ -354,14 +350,14 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 		min   time.Duration
 		max   time.Duration
 	}{
-		{"wait", &u.wait, 0, UpstreamWaitMax},
+		{"wait", &u.wait, 0, WaitMax},
 		{"timeout", &u.timeout, time.Millisecond, l.cfg.EffectTimeout},
 		{"connect_timeout", &u.connectTimeout, time.Millisecond, time.Minute},
 		{"refresh", &u.refresh, time.Second, 24 * time.Hour},
 		{"missing_grace", &u.missingGrace, 0, 30 * 24 * time.Hour},
 	}
 	for _, d := range durations {
-		v, ok := m.get(d.field)
+		v, ok := m.Get(d.field)
 		if !ok {
 			continue
 		}
@@ -379,20 +375,20 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 	}{
 		{"processes", &u.processes, 1, 64},
 		{"max_in_flight", &u.maxInFlight, 1, 1024},
-		{"result_max", &u.resultMax, 1024, UpstreamResultMaxMax},
+		{"result_max", &u.resultMax, 1024, ResultMaxMax},
 	}
 	for _, d := range ints {
-		v, ok := m.get(d.field)
+		v, ok := m.Get(d.field)
 		if !ok {
 			continue
 		}
-		n, ok := asInt(v)
+		n, ok := effectfile.AsInt(v)
 		if !ok || n < d.min || n > d.max {
 			return nil, fail(d.field, "must be a whole number from %d to %d, not %v", d.min, d.max, v)
 		}
 		*d.dst = n
 	}
-	if r, ok := m.get("read_only_hints"); ok {
+	if r, ok := m.Get("read_only_hints"); ok {
 		s, _ := r.(string)
 		if s != ReadOnlyHintsTrust && s != ReadOnlyHintsIgnore {
 			return nil, fail("read_only_hints", "must be trust or ignore, not %v", r)
@@ -400,13 +396,13 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 		u.readOnlyHints = s
 	}
 
-	if t, ok := m.get("tools"); ok {
-		tm, ok := t.(orderedMap)
+	if t, ok := m.Get("tools"); ok {
+		tm, ok := t.(effectfile.Map)
 		if !ok {
 			return nil, fail("tools", "must map upstream tool names to their declarations")
 		}
 		for _, kv := range tm {
-			td, err := l.upstreamTool(u, kv.key, kv.value)
+			td, err := l.upstreamTool(u, kv.Key, kv.Value)
 			if err != nil {
 				return nil, err
 			}
@@ -431,14 +427,14 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 }
 
 // envOnlyTemplate parses s, which may hold {env.*} placeholders only.
-func (l *loader) envOnlyTemplate(s string) (*template, error) {
-	t, err := parseTemplate(s, false)
+func (l *loader) envOnlyTemplate(s string) (*effectfile.Template, error) {
+	t, err := effectfile.ParseTemplate(s, false)
 	if err != nil {
 		return nil, err
 	}
-	for _, ph := range t.placeholders() {
-		if ph.kind != phEnv {
-			return nil, fmt.Errorf("%s: an upstream's transport takes {env.NAME} placeholders only (arguments never reach argv, a URL or a header)", ph.text)
+	for _, ph := range t.Placeholders() {
+		if ph.Kind != effectfile.KindEnv {
+			return nil, fmt.Errorf("%s: an upstream's transport takes {env.NAME} placeholders only (arguments never reach argv, a URL or a header)", ph.Text)
 		}
 	}
 	return t, nil
@@ -450,7 +446,7 @@ func (l *loader) envOnlyTemplate(s string) (*template, error) {
 func (l *loader) resolveUpstreamEnv(u *Upstream, fail func(string, string, ...any) error) error {
 	type use struct {
 		field  string
-		t      *template
+		t      *effectfile.Template
 		secret bool
 	}
 	var uses []use
@@ -467,39 +463,39 @@ func (l *loader) resolveUpstreamEnv(u *Upstream, fail func(string, string, ...an
 		return nil
 	}
 	for _, us := range uses {
-		for _, ph := range us.t.placeholders() {
-			v, ok := l.cfg.LookupEnv(ph.name)
+		for _, ph := range us.t.Placeholders() {
+			v, ok := l.cfg.LookupEnv(ph.Name)
 			if !ok || v == "" {
-				return fail(us.field, "the environment variable %s is not set (the declaration reads {env.%s})", ph.name, ph.name)
+				return fail(us.field, "the environment variable %s is not set (the declaration reads {env.%s})", ph.Name, ph.Name)
 			}
-			u.resolved[ph.name] = v
-			if us.secret && len(v) >= SecretMinLength && !slices.Contains(u.secrets, v) {
+			u.resolved[ph.Name] = v
+			if us.secret && len(v) >= effectfile.SecretMinLength && !slices.Contains(u.secrets, v) {
 				u.secrets = append(u.secrets, v)
 			}
 		}
 	}
 	if u.url != nil {
-		raw, _, err := u.url.renderString(&renderCtx{env: u.resolved})
+		raw, _, err := u.url.RenderString(&effectfile.RenderCtx{Env: u.resolved})
 		if err != nil {
 			return fail("url", "%v", err)
 		}
 		parsed, err := url.Parse(raw)
 		if err != nil || parsed.Host == "" || (parsed.Scheme != "http" && parsed.Scheme != "https") {
-			return fail("url", "%s must be an absolute http(s) URL", u.url.raw)
+			return fail("url", "%s must be an absolute http(s) URL", u.url.Raw)
 		}
 		// A secret may sit in the query: it is scrubbed like a header's.
 		for _, vs := range parsed.Query() {
 			for _, v := range vs {
-				if len(v) >= SecretMinLength && !slices.Contains(u.secrets, v) {
+				if len(v) >= effectfile.SecretMinLength && !slices.Contains(u.secrets, v) {
 					u.secrets = append(u.secrets, v)
 				}
 			}
 		}
-		if parsed.Scheme != "https" && !isLoopback(parsed.Hostname()) {
-			return fail("url", "%s: https unless the host is loopback", u.url.raw)
+		if parsed.Scheme != "https" && !effectfile.IsLoopback(parsed.Hostname()) {
+			return fail("url", "%s: https unless the host is loopback", u.url.Raw)
 		}
-		if l.cfg.LoopbackOnly && !isLoopback(parsed.Hostname()) {
-			return fail("url", "%s: the sandbox and the demo reach loopback upstreams only", u.url.raw)
+		if l.cfg.LoopbackOnly && !effectfile.IsLoopback(parsed.Hostname()) {
+			return fail("url", "%s: the sandbox and the demo reach loopback upstreams only", u.url.Raw)
 		}
 	}
 	slices.SortFunc(u.secrets, func(a, b string) int { return len(b) - len(a) })
@@ -507,10 +503,10 @@ func (l *loader) resolveUpstreamEnv(u *Upstream, fail func(string, string, ...an
 }
 
 // hash computes the upstream's declaration hashes (RFC 8785 JSON).
-func (u *Upstream) hash(decl orderedMap) error {
+func (u *Upstream) hash(decl effectfile.Map) error {
 	transport := map[string]any{"command": u.command}
 	if u.url != nil {
-		transport = map[string]any{"url": u.url.raw}
+		transport = map[string]any{"url": u.url.Raw}
 	}
 	var envNames, headerNames []string
 	for _, e := range u.env {
@@ -525,7 +521,7 @@ func (u *Upstream) hash(decl orderedMap) error {
 		return err
 	}
 	u.transportSHA256 = sum
-	if u.sha256, err = canonicalSHA256(plain(withoutDescriptions(decl))); err != nil {
+	if u.sha256, err = canonicalSHA256(effectfile.Plain(withoutDescriptions(decl))); err != nil {
 		return err
 	}
 	return nil
@@ -535,13 +531,13 @@ func (u *Upstream) hash(decl orderedMap) error {
 // text for agents does not change what is sent.
 func withoutDescriptions(v any) any {
 	switch v := v.(type) {
-	case orderedMap:
-		out := make(orderedMap, 0, len(v))
+	case effectfile.Map:
+		out := make(effectfile.Map, 0, len(v))
 		for _, kv := range v {
-			if kv.key == "description" {
+			if kv.Key == "description" {
 				continue
 			}
-			out = append(out, orderedKV{key: kv.key, value: withoutDescriptions(kv.value)})
+			out = append(out, effectfile.KV{Key: kv.Key, Value: withoutDescriptions(kv.Value)})
 		}
 		return out
 	case []any:
@@ -556,7 +552,7 @@ func withoutDescriptions(v any) any {
 
 // canonicalSHA256 is the hex sha256 of v's RFC 8785 form.
 func canonicalSHA256(v any) (string, error) {
-	raw, err := marshalJSON(v)
+	raw, err := effectfile.MarshalJSON(v)
 	if err != nil {
 		return "", err
 	}
@@ -568,25 +564,19 @@ func canonicalSHA256(v any) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// upstreamErrorf is errorf for a field of an upstream: the FileError names
-// the upstream (and the tool, in field).
-func (l *loader) upstreamErrorf(path, upstream, field, format string, args ...any) error {
-	return &FileError{File: l.file, Line: l.line(path), Upstream: upstream, Field: field, Err: fmt.Errorf(format, args...)}
-}
-
 // knownIn refuses the first member of m not in fields, through fail, its
 // field named prefix + member.
-func knownIn(m orderedMap, prefix string, fields []string, fail func(string, string, ...any) error) error {
+func knownIn(m effectfile.Map, prefix string, fields []string, fail func(string, string, ...any) error) error {
 	for _, kv := range m {
-		if !slices.Contains(fields, kv.key) {
-			return fail(prefix+kv.key, "unknown field (expected one of %s)", strings.Join(fields, ", "))
+		if !slices.Contains(fields, kv.Key) {
+			return fail(prefix+kv.Key, "unknown field (expected one of %s)", strings.Join(fields, ", "))
 		}
 	}
 	return nil
 }
 
-func optString(m orderedMap, field string, fail func(string, string, ...any) error) (string, error) {
-	v, ok := m.get(field)
+func optString(m effectfile.Map, field string, fail func(string, string, ...any) error) (string, error) {
+	v, ok := m.Get(field)
 	if !ok {
 		return "", nil
 	}

@@ -1,7 +1,6 @@
-package declared
+package upstream
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -9,6 +8,8 @@ import (
 	"github.com/google/cel-go/cel"
 
 	"github.com/outbox-dev/outbox/effects"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // upstreamTool checks the declaration of one upstream tool.
@@ -22,7 +23,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 		}
 		return l.upstreamErrorf(path, u.name, strings.TrimSuffix(prefix+field, "."), format, args...)
 	}
-	m, ok := v.(orderedMap)
+	m, ok := v.(effectfile.Map)
 	if !ok {
 		return nil, fail("", "must be a mapping")
 	}
@@ -37,7 +38,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 		return nil, fail("", "declared, but excluded: it would never be mirrored")
 	}
 	boolField := func(field string) (bool, error) {
-		v, ok := m.get(field)
+		v, ok := m.Get(field)
 		if !ok {
 			return false, nil
 		}
@@ -63,12 +64,12 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 	if td.mirrored != "" && !effects.ValidName(td.mirrored) {
 		return nil, fail("name", "a mirrored name must be a valid effect name (lowercase letters and digits, single _ between them, at most 64)")
 	}
-	if a, ok := m.get("args"); ok {
-		am, ok := a.(orderedMap)
+	if a, ok := m.Get("args"); ok {
+		am, ok := a.(effectfile.Map)
 		if !ok {
 			return nil, fail("args", "must be a JSON Schema object (a replacement for the upstream's)")
 		}
-		if t, _ := am.get("type"); t != "object" {
+		if t, _ := am.Get("type"); t != "object" {
 			return nil, fail("args.type", "the top level must be a plain type: object")
 		}
 		td.args = am
@@ -76,7 +77,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 
 	if td.passthrough {
 		for _, f := range []string{"guarantee", "marker", "lookup", "settle", "key_arg", "dedupe_window", "retry_safe", "outcome", "args"} {
-			if _, ok := m.get(f); ok {
+			if _, ok := m.Get(f); ok {
 				return nil, fail(f, "a pass-through tool is forwarded live, never recorded: it has no %s", f)
 			}
 		}
@@ -84,7 +85,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 	}
 
 	td.guarantee = effects.GuaranteeAtMostOnce
-	if g, ok := m.get("guarantee"); ok {
+	if g, ok := m.Get("guarantee"); ok {
 		s, _ := g.(string)
 		td.guarantee = effects.Guarantee(s)
 		if !td.guarantee.Valid() {
@@ -93,7 +94,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 	}
 
 	// Fields that belong to one guarantee.
-	has := func(f string) bool { _, ok := m.get(f); return ok }
+	has := func(f string) bool { _, ok := m.Get(f); return ok }
 	for f, g := range map[string]effects.Guarantee{
 		"marker": effects.GuaranteeReconcilable, "lookup": effects.GuaranteeReconcilable, "settle": effects.GuaranteeReconcilable,
 		"key_arg": effects.GuaranteeDeduplicated, "dedupe_window": effects.GuaranteeDeduplicated, "retry_safe": effects.GuaranteeDeduplicated,
@@ -134,14 +135,14 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 			}
 		}
 	case effects.GuaranteeReconcilable:
-		mv, ok := m.get("marker")
+		mv, ok := m.Get("marker")
 		if !ok {
 			return nil, fail("marker", "required for a reconcilable tool: where the provider key is written into the call, for the look-up to find")
 		}
 		if td.marker, err = parseMarker(mv, func(f, format string, args ...any) error { return fail("marker."+f, format, args...) }); err != nil {
 			return nil, err
 		}
-		lv, ok := m.get("lookup")
+		lv, ok := m.Get("lookup")
 		if !ok {
 			return nil, fail("lookup", "required for a reconcilable tool: how to ask the upstream whether the call acted")
 		}
@@ -150,7 +151,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 		}); err != nil {
 			return nil, err
 		}
-		if s, ok := m.get("settle"); ok {
+		if s, ok := m.Get("settle"); ok {
 			str, _ := s.(string)
 			if td.settle, err = time.ParseDuration(str); err != nil || td.settle < 0 || td.settle > time.Hour {
 				return nil, fail("settle", "must be a Go duration from 0 to 1h, not %v", s)
@@ -158,57 +159,27 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 		}
 	}
 
-	if rules, ok := m.get("outcome"); ok {
-		list, ok := rules.([]any)
-		if !ok {
-			return nil, fail("outcome", "must be a list of rules")
-		}
-		for i, r := range list {
-			field := fmt.Sprintf("outcome[%d]", i)
-			rm, ok := r.(orderedMap)
-			if !ok {
-				return nil, fail(field, "must be a mapping with when and class")
-			}
-			if err := knownIn(rm, field+".", ruleFields, fail); err != nil {
-				return nil, err
-			}
-			when, _ := rm.get("when")
-			whenS, _ := when.(string)
-			cond, err := compileMCPCondition(whenS, false, cel.BoolType)
-			if err != nil {
-				return nil, fail(field+".when", "%v", err)
-			}
-			class, _ := rm.get("class")
-			classS, _ := class.(string)
-			if !slices.Contains([]string{ClassSuccess, ClassNotSent, ClassPermanent, ClassAmbiguous}, classS) {
-				return nil, fail(field+".class", "must be success, not_sent, permanent or ambiguous, not %v", class)
-			}
-			code := ""
-			if c, ok := rm.get("code"); ok {
-				code, _ = c.(string)
-				if !codeRE.MatchString(code) {
-					return nil, fail(field+".code", "an error code is snake_case, such as already_exists")
-				}
-			}
-			td.rules = append(td.rules, mcpRule{when: cond, class: classS, code: code})
-		}
+	if td.rules, err = effectfile.ParseOutcome(m, func(expr string) (*effectfile.Condition, error) {
+		return compileMCPCondition(expr, false, cel.BoolType)
+	}, fail); err != nil {
+		return nil, err
 	}
 	return td, nil
 }
 
 // parseMarker checks a marker: literal text and {provider_key} only.
 func parseMarker(v any, fail func(string, string, ...any) error) (*markerDecl, error) {
-	m, ok := v.(orderedMap)
+	m, ok := v.(effectfile.Map)
 	if !ok {
 		return nil, fail("", "must be a mapping with arg and append (or prepend)")
 	}
 	for _, kv := range m {
-		if !slices.Contains(markerFields, kv.key) {
-			return nil, fail(kv.key, "unknown field (expected one of %s)", strings.Join(markerFields, ", "))
+		if !slices.Contains(markerFields, kv.Key) {
+			return nil, fail(kv.Key, "unknown field (expected one of %s)", strings.Join(markerFields, ", "))
 		}
 	}
 	d := &markerDecl{}
-	arg, _ := m.get("arg")
+	arg, _ := m.Get("arg")
 	d.arg, _ = arg.(string)
 	if !markerArgRE.MatchString(d.arg) {
 		return nil, fail("arg", "required: the string argument the marker is written into")
@@ -216,8 +187,8 @@ func parseMarker(v any, fail func(string, string, ...any) error) (*markerDecl, e
 	if slices.Contains(reservedArgs, d.arg) {
 		return nil, fail("arg", "%s is outbox's own argument", d.arg)
 	}
-	app, hasApp := m.get("append")
-	pre, hasPre := m.get("prepend")
+	app, hasApp := m.Get("append")
+	pre, hasPre := m.Get("prepend")
 	var s string
 	switch {
 	case hasApp == hasPre:
@@ -228,14 +199,14 @@ func parseMarker(v any, fail func(string, string, ...any) error) (*markerDecl, e
 		s, _ = pre.(string)
 		d.prepend = true
 	}
-	t, err := parseTemplate(s, false)
+	t, err := effectfile.ParseTemplate(s, false)
 	if err != nil {
 		return nil, fail("append", "%v", err)
 	}
 	uses := false
-	for _, ph := range t.placeholders() {
-		if ph.kind != phProviderKey {
-			return nil, fail("append", "%s: a marker holds literal text and {provider_key} only", ph.text)
+	for _, ph := range t.Placeholders() {
+		if ph.Kind != effectfile.KindProviderKey {
+			return nil, fail("append", "%s: a marker holds literal text and {provider_key} only", ph.Text)
 		}
 		uses = true
 	}
@@ -250,11 +221,11 @@ func parseMarker(v any, fail func(string, string, ...any) error) (*markerDecl, e
 // validates it: its literal text plus a provider key.
 func (d *markerDecl) length() int {
 	n := 0
-	for _, p := range d.text.parts {
-		if p.ph != nil {
-			n += ProviderKeyLength
+	for _, p := range d.text.Parts {
+		if p.Placeholder != nil {
+			n += effectfile.ProviderKeyLength
 		} else {
-			n += len([]rune(p.literal))
+			n += len([]rune(p.Literal))
 		}
 	}
 	return n
@@ -262,50 +233,50 @@ func (d *markerDecl) length() int {
 
 // render returns the marker's text for providerKey.
 func (d *markerDecl) render(providerKey string) string {
-	s, _, _ := d.text.renderString(&renderCtx{providerKey: providerKey})
+	s, _, _ := d.text.RenderString(&effectfile.RenderCtx{ProviderKey: providerKey})
 	return s
 }
 
 // upstreamLookup checks a look-up through an upstream tool.
 func (l *loader) upstreamLookup(v any, fail func(string, string, ...any) error) (*upstreamLookup, error) {
-	m, ok := v.(orderedMap)
+	m, ok := v.(effectfile.Map)
 	if !ok {
 		return nil, fail("", "must be a mapping")
 	}
-	if _, ok := m.get("url"); ok {
+	if _, ok := m.Get("url"); ok {
 		return nil, fail("url", "an HTTP look-up for an upstream tool is not supported yet: look up through a pass-through tool of the upstream (tool and args)")
 	}
 	for _, kv := range m {
-		if !slices.Contains(upstreamLookupFields, kv.key) {
-			return nil, fail(kv.key, "unknown field (expected one of %s)", strings.Join(upstreamLookupFields, ", "))
+		if !slices.Contains(upstreamLookupFields, kv.Key) {
+			return nil, fail(kv.Key, "unknown field (expected one of %s)", strings.Join(upstreamLookupFields, ", "))
 		}
 	}
-	d := &upstreamLookup{argT: map[string]*template{}}
-	tool, _ := m.get("tool")
+	d := &upstreamLookup{argT: map[string]*effectfile.Template{}}
+	tool, _ := m.Get("tool")
 	d.tool, _ = tool.(string)
 	if d.tool == "" {
 		return nil, fail("tool", "required: the upstream's pass-through tool that lists or fetches what the call made")
 	}
-	if a, ok := m.get("args"); ok {
-		am, ok := a.(orderedMap)
+	if a, ok := m.Get("args"); ok {
+		am, ok := a.(effectfile.Map)
 		if !ok {
 			return nil, fail("args", "must map the look-up tool's arguments to values")
 		}
 		for _, kv := range am {
-			t, err := parseTemplate(text(kv.value), true)
+			t, err := effectfile.ParseTemplate(effectfile.Text(kv.Value), true)
 			if err != nil {
-				return nil, fail("args."+kv.key, "%v", err)
+				return nil, fail("args."+kv.Key, "%v", err)
 			}
-			for _, ph := range t.placeholders() {
-				if ph.kind == phEnv {
-					return nil, fail("args."+kv.key, "%s: a look-up's arguments take {args.*}, {provider_key} and {intent.created_at}, not the environment", ph.text)
+			for _, ph := range t.Placeholders() {
+				if ph.Kind == effectfile.KindEnv {
+					return nil, fail("args."+kv.Key, "%s: a look-up's arguments take {args.*}, {provider_key} and {intent.created_at}, not the environment", ph.Text)
 				}
 			}
 			d.args = append(d.args, kv)
-			d.argT[kv.key] = t
+			d.argT[kv.Key] = t
 		}
 	}
-	get := func(f string) string { s, _ := m.get(f); str, _ := s.(string); return str }
+	get := func(f string) string { s, _ := m.Get(f); str, _ := s.(string); return str }
 	items, match, found, missing := get("items"), get("match"), get("found"), get("missing")
 	var err error
 	switch {
@@ -322,7 +293,7 @@ func (l *loader) upstreamLookup(v any, fail func(string, string, ...any) error) 
 		if d.match, err = compileMCPCondition(match, true, cel.BoolType); err != nil {
 			return nil, fail("match", "%v", err)
 		}
-		if !d.match.usesProviderKey {
+		if !d.match.UsesProviderKey {
 			return nil, fail("match", "must use provider_key: it is what the call is found by (the marker holds it)")
 		}
 	case found != "" && missing != "":
@@ -335,7 +306,7 @@ func (l *loader) upstreamLookup(v any, fail func(string, string, ...any) error) 
 	default:
 		return nil, fail("", "needs items and match (a listing), or found and missing (a fetch)")
 	}
-	if d.result, err = l.result(m, "result", func(field, format string, args ...any) error {
+	if d.result, err = effectfile.ParseResult(m, "result", func(field, format string, args ...any) error {
 		return fail(field, format, args...)
 	}); err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package declared
+package upstream
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/outbox-dev/outbox/effects"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // LockVersion is the lock file format's version.
@@ -211,7 +213,7 @@ func (u *Upstream) Pin(server string, listed []*mcp.Tool, opts *PinOpts) (entry 
 		}
 		schema := lt.InputSchema
 		if decl != nil && decl.args != nil {
-			schema, _ = marshalJSON(plain(decl.args))
+			schema, _ = effectfile.MarshalJSON(effectfile.Plain(decl.args))
 		}
 		if err := checkMirrorable(schema); err != nil {
 			withdraw("%v (args: in its declaration gives a replacement schema)", err)
@@ -283,7 +285,7 @@ func checkMirrorable(schema json.RawMessage) error {
 		}
 	}
 	if _, err := compileSchema(schema); err != nil {
-		return fmt.Errorf("its input schema is not valid: %s", firstLine(err.Error()))
+		return fmt.Errorf("its input schema is not valid: %s", effectfile.FirstLine(err.Error()))
 	}
 	return nil
 }
@@ -294,7 +296,7 @@ func compileSchema(schema json.RawMessage) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
-	c.UseLoader(noLoader{})
+	c.UseLoader(effectfile.NoLoader{})
 	parsed, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
 	if err != nil {
 		return nil, err
@@ -343,8 +345,8 @@ func (d *ToolDecl) checkAgainst(schema json.RawMessage) error {
 		switch {
 		case !ok:
 			return fmt.Errorf("key_arg %s is not a string property of the upstream's schema", d.keyArg)
-		case maxLen != nil && *maxLen < ProviderKeyLength:
-			return fmt.Errorf("key_arg %s: its maxLength %d is below the provider key's %d characters", d.keyArg, *maxLen, ProviderKeyLength)
+		case maxLen != nil && *maxLen < effectfile.ProviderKeyLength:
+			return fmt.Errorf("key_arg %s: its maxLength %d is below the provider key's %d characters", d.keyArg, *maxLen, effectfile.ProviderKeyLength)
 		}
 	}
 	if d.marker != nil {
@@ -354,9 +356,9 @@ func (d *ToolDecl) checkAgainst(schema json.RawMessage) error {
 	}
 	if d.lookup != nil {
 		for _, t := range d.lookup.argT {
-			for _, ph := range t.placeholders() {
-				if ph.kind == phArgs && len(ph.path) > 0 && !slices.Contains(m.Required, ph.path[0]) {
-					return fmt.Errorf("lookup.args: %s is not a required argument of the tool: a call without it could not be looked up", ph.text)
+			for _, ph := range t.Placeholders() {
+				if ph.Kind == effectfile.KindArgs && len(ph.Path) > 0 && !slices.Contains(m.Required, ph.Path[0]) {
+					return fmt.Errorf("lookup.args: %s is not a required argument of the tool: a call without it could not be looked up", ph.Text)
 				}
 			}
 		}

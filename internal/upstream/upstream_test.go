@@ -1,4 +1,4 @@
-package declared_test
+package upstream_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects/declared"
+
+	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 func upstreamEnv(name string) (string, bool) {
@@ -60,13 +62,38 @@ func TestUpstreamsRefused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := declared.ParseFile("effects.yaml", []byte(tt.file), &declared.Config{LookupEnv: upstreamEnv})
+			_, err := upstream.ParseFile("effects.yaml", []byte(tt.file), &declared.Config{LookupEnv: upstreamEnv})
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tt.want)
 			require.True(t, strings.HasPrefix(err.Error(), "effects.yaml:"), err.Error())
 			require.NotContains(t, err.Error(), "ghp_secret_value_1234")
 		})
 	}
+}
+
+// An upstream tool's outcome rules are checked by the parser of HTTP
+// effects' rules: every problem of every rule is reported, each with its
+// line, not only the first.
+func TestUpstreamOutcomeEveryProblem(t *testing.T) {
+	t.Parallel()
+	const file = "upstreams:\n  gh:\n    command: [server]\n    tools:\n      create_issue:\n        outcome:\n" +
+		"          - {when: 'error.code == \"x\"', class: permanent}\n" +
+		"          - {when: 'result.isError', class: broken}\n" +
+		"          - {when: 'result.isError', class: permanent, code: Not-Snake}\n"
+	_, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: upstreamEnv})
+	var errs declared.FileErrors
+	require.ErrorAs(t, err, &errs)
+	var fields []string
+	for _, fe := range errs {
+		require.Equal(t, "gh", fe.Upstream)
+		require.Positive(t, fe.Line)
+		fields = append(fields, fe.Field)
+	}
+	require.Equal(t, []string{
+		"tools.create_issue.outcome[0].when",
+		"tools.create_issue.outcome[1].class",
+		"tools.create_issue.outcome[2].code",
+	}, fields)
 }
 
 // pinFile declares a GitHub-like upstream; the tools are listed below.
@@ -97,7 +124,7 @@ func listedTool(name string, schema string, readOnly bool) *mcp.Tool {
 // not fit the upstream's schemas, and names taken elsewhere.
 func TestUpstreamPin(t *testing.T) {
 	t.Parallel()
-	f, err := declared.ParseFile("effects.yaml", []byte(pinFile), &declared.Config{LookupEnv: upstreamEnv})
+	f, err := upstream.ParseFile("effects.yaml", []byte(pinFile), &declared.Config{LookupEnv: upstreamEnv})
 	require.NoError(t, err)
 	require.Len(t, f.Upstreams, 1)
 	u := f.Upstreams[0]
@@ -112,14 +139,14 @@ func TestUpstreamPin(t *testing.T) {
 		t.Parallel()
 		entry, problems := u.Pin("gh 1.0", good, nil)
 		require.Empty(t, problems)
-		by := map[string]*declared.LockedTool{}
+		by := map[string]*upstream.LockedTool{}
 		for _, lt := range entry.Tools {
 			by[lt.Name] = lt
 		}
-		require.Equal(t, declared.ClassRecorded, by["create_issue"].Class)
+		require.Equal(t, upstream.ClassRecorded, by["create_issue"].Class)
 		require.Equal(t, "gh_create_issue", by["create_issue"].Mirrored)
-		require.Equal(t, declared.ClassPassthrough, by["list_issues"].Class, "readOnlyHint trusted by default")
-		require.Equal(t, declared.ClassRecorded, by["delete-Repo"].Class, "undeclared and not read-only: recorded")
+		require.Equal(t, upstream.ClassPassthrough, by["list_issues"].Class, "readOnlyHint trusted by default")
+		require.Equal(t, upstream.ClassRecorded, by["delete-Repo"].Class, "undeclared and not read-only: recorded")
 		require.EqualValues(t, "at_most_once", by["delete-Repo"].Guarantee)
 		require.Equal(t, "gh_delete_repo", by["delete-Repo"].Mirrored)
 		require.Equal(t, "does create_issue", by["create_issue"].Description, "invisible and control characters stripped")
@@ -149,20 +176,39 @@ func TestUpstreamPin(t *testing.T) {
 			require.NotEmpty(t, problems, name)
 			require.Contains(t, strings.Join(problems, "\n"), c.want, name)
 		}
-		_, problems := u.Pin("gh", good, &declared.PinOpts{Taken: map[string]string{"gh_send": "effect gh_send"}})
+		_, problems := u.Pin("gh", good, &upstream.PinOpts{Taken: map[string]string{"gh_send": "effect gh_send"}})
 		require.Contains(t, strings.Join(problems, "\n"), "gh_send is taken by effect gh_send")
+	})
+
+	// Repin classifies the lock's listings again without the upstream:
+	// `outboxd effects check` against a lock.
+	t.Run("Repin", func(t *testing.T) {
+		t.Parallel()
+		entry, problems := u.Pin("gh", good, nil)
+		require.Empty(t, problems)
+		lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"gh": entry}}
+		again, problems := upstream.Repin(f, lock, nil)
+		require.Empty(t, problems)
+		require.Equal(t, entry.DeclarationSHA256, again.Upstreams["gh"].DeclarationSHA256)
+		require.Len(t, again.Upstreams["gh"].Tools, len(entry.Tools))
+
+		_, problems = upstream.Repin(f, lock, map[string]string{"gh_send": "the built-in effect gh_send"})
+		require.Contains(t, strings.Join(problems, "\n"), "gh_send is taken by the built-in effect gh_send")
+
+		_, problems = upstream.Repin(f, &upstream.Lock{Version: upstream.LockVersion}, nil)
+		require.Equal(t, []string{"upstream gh: not in the lock: run outboxd effects pin"}, problems)
 	})
 
 	t.Run("BindsAndHashesWithoutDescriptions", func(t *testing.T) {
 		t.Parallel()
 		entry, problems := u.Pin("gh", good, nil)
 		require.Empty(t, problems)
-		lock := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{"gh": entry}}
-		c, err := declared.Bind(f, lock, &declared.BindConfig{})
+		lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"gh": entry}}
+		c, err := upstream.Bind(f, lock, &upstream.BindConfig{})
 		require.NoError(t, err)
 		require.Len(t, c.Recorded, 3)
 		require.Len(t, c.Passthrough, 1)
-		var send *declared.UpstreamTool
+		var send *upstream.Tool
 		for _, r := range c.Recorded {
 			if r.Name() == "gh_send" {
 				send = r
@@ -178,24 +224,24 @@ func TestUpstreamPin(t *testing.T) {
 
 		// A description changes no hash; a lock for another declaration
 		// refuses to bind.
-		f2, err := declared.ParseFile("effects.yaml", []byte(strings.Replace(pinFile, "  gh:\n", "  gh:\n    description: GitHub.\n", 1)), &declared.Config{LookupEnv: upstreamEnv})
+		f2, err := upstream.ParseFile("effects.yaml", []byte(strings.Replace(pinFile, "  gh:\n", "  gh:\n    description: GitHub.\n", 1)), &declared.Config{LookupEnv: upstreamEnv})
 		require.NoError(t, err)
 		require.Equal(t, u.DeclarationSHA256(), f2.Upstreams[0].DeclarationSHA256())
-		f3, err := declared.ParseFile("effects.yaml", []byte(strings.Replace(pinFile, "24h", "12h", 1)), &declared.Config{LookupEnv: upstreamEnv})
+		f3, err := upstream.ParseFile("effects.yaml", []byte(strings.Replace(pinFile, "24h", "12h", 1)), &declared.Config{LookupEnv: upstreamEnv})
 		require.NoError(t, err)
-		_, err = declared.Bind(f3, lock, &declared.BindConfig{EffectsPath: "effects.yaml"})
-		require.ErrorIs(t, err, declared.ErrLockMissing)
+		_, err = upstream.Bind(f3, lock, &upstream.BindConfig{EffectsPath: "effects.yaml"})
+		require.ErrorIs(t, err, upstream.ErrLockMissing)
 		require.Contains(t, err.Error(), "outboxd effects pin effects.yaml")
-		_, err = declared.Bind(f, nil, &declared.BindConfig{EffectsPath: "effects.yaml"})
-		require.ErrorIs(t, err, declared.ErrLockMissing)
+		_, err = upstream.Bind(f, nil, &upstream.BindConfig{EffectsPath: "effects.yaml"})
+		require.ErrorIs(t, err, upstream.ErrLockMissing)
 	})
 }
 
 // Mirrored names follow the one name rule River's queues accept.
 func TestMirroredName(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "github_create_issue", declared.MirroredName("github_", "create_issue"))
-	require.Equal(t, "gh_get_pull_request", declared.MirroredName("gh_", "Get--Pull.Request_"))
-	require.Empty(t, declared.MirroredName("", "9lives"))
-	require.Empty(t, declared.MirroredName("p_", strings.Repeat("a", 80)))
+	require.Equal(t, "github_create_issue", upstream.MirroredName("github_", "create_issue"))
+	require.Equal(t, "gh_get_pull_request", upstream.MirroredName("gh_", "Get--Pull.Request_"))
+	require.Empty(t, upstream.MirroredName("", "9lives"))
+	require.Empty(t, upstream.MirroredName("p_", strings.Repeat("a", 80)))
 }

@@ -1,4 +1,4 @@
-package declared
+package effectfile
 
 import (
 	"errors"
@@ -42,7 +42,7 @@ func (e *FileError) Error() string {
 // Unwrap returns the underlying error.
 func (e *FileError) Unwrap() error { return e.Err }
 
-// FileErrors is every problem Load or Parse found in a file, by line. A
+// FileErrors is every problem found in an effects file, by line. A
 // problem that leaves nothing to check beyond it (a file that is not YAML,
 // an unknown preset) is the last found in its scope: the file, or the
 // effect.
@@ -67,8 +67,8 @@ func (e FileErrors) Unwrap() []error {
 	return errs
 }
 
-// add appends err's problems: a *FileError, or each of a FileErrors.
-func (e *FileErrors) add(err error) {
+// Add appends err's problems: a *FileError, or each of a FileErrors.
+func (e *FileErrors) Add(err error) {
 	var (
 		many FileErrors
 		one  *FileError
@@ -84,10 +84,10 @@ func (e *FileErrors) add(err error) {
 	}
 }
 
-// err returns the problems as an error: nil when there is none, a
+// Err returns the problems as an error: nil when there is none, a
 // *FileError when there is one (so that a helper's single problem is
 // returned as the helper made it), a FileErrors when there are more.
-func (e FileErrors) err() error {
+func (e FileErrors) Err() error {
 	switch len(e) {
 	case 0:
 		return nil
@@ -97,8 +97,8 @@ func (e FileErrors) err() error {
 	return e
 }
 
-// sorted returns the problems by line, keeping the order of those on one.
-func (e FileErrors) sorted() FileErrors {
+// Sorted returns the problems by line, keeping the order of those on one.
+func (e FileErrors) Sorted() FileErrors {
 	slices.SortStableFunc(e, func(a, b *FileError) int { return a.Line - b.Line })
 	return e
 }

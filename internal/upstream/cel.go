@@ -1,4 +1,4 @@
-package declared
+package upstream
 
 import (
 	"encoding/json"
@@ -10,6 +10,8 @@ import (
 	"github.com/google/cel-go/ext"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // The typed CEL variables of an upstream tool's rules and look-ups: a
@@ -43,8 +45,8 @@ type celError struct {
 var mcpCondEnvs = func() [2]*cel.Env {
 	answer, err := cel.NewEnv(
 		ext.NativeTypes(ext.ParseStructTags(true), reflect.TypeFor[celResult](), reflect.TypeFor[celBlock](), reflect.TypeFor[celError]()),
-		cel.Variable("result", cel.ObjectType("declared.celResult")),
-		cel.Variable("error", cel.ObjectType("declared.celError")),
+		cel.Variable("result", cel.ObjectType("upstream.celResult")),
+		cel.Variable("error", cel.ObjectType("upstream.celError")),
 		cel.Variable("args", cel.DynType),
 		cel.Variable("provider_key", cel.StringType),
 		cel.CrossTypeNumericComparisons(true),
@@ -62,12 +64,12 @@ var mcpCondEnvs = func() [2]*cel.Env {
 
 // compileMCPCondition compiles expr over an upstream's answer (or, with
 // withItem, a look-up's item).
-func compileMCPCondition(expr string, withItem bool, want *cel.Type) (*condition, error) {
+func compileMCPCondition(expr string, withItem bool, want *cel.Type) (*effectfile.Condition, error) {
 	env := mcpCondEnvs[0]
 	if withItem {
 		env = mcpCondEnvs[1]
 	}
-	return compileIn(env, expr, want)
+	return effectfile.CompileIn(env, expr, want)
 }
 
 // mcpVars are the variables of one evaluation over an upstream's answer.

@@ -1,4 +1,4 @@
-package declared
+package upstream
 
 import (
 	"bytes"
@@ -22,6 +22,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/effects"
+
+	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
 // Error codes of upstream calls (docs/effects.md, "In front of an MCP
@@ -39,13 +41,33 @@ const (
 	CodeUpstreamHTTPError     = "upstream_http_error"
 )
 
-// tracerName names the tracer of upstream calls' spans.
-const tracerName = "github.com/outbox-dev/outbox/effects/declared"
+// tracerName names the tracer of upstream calls' spans: the package, as
+// OpenTelemetry names an instrumentation scope.
+const tracerName = "github.com/outbox-dev/outbox/internal/upstream"
 
-// UpstreamTool is a recorded upstream tool: an effect of its mirrored name
+// The capabilities of a recorded tool: the build breaks if a method drifts
+// from its interface.
+var (
+	_ effects.Effect              = (*Tool)(nil)
+	_ effects.AlwaysClaimer       = (*Tool)(nil)
+	_ effects.ApprovalRuleChecker = (*Tool)(nil)
+	_ effects.ArgsSchemaer        = (*Tool)(nil)
+	_ effects.Declarer            = (*Tool)(nil)
+	_ effects.DedupeWindower      = (*Tool)(nil)
+	_ effects.Describer           = (*Tool)(nil)
+	_ effects.NamespaceScoper     = (*Tool)(nil)
+	_ effects.Queuer              = (*Tool)(nil)
+	_ effects.QueueSizer          = (*Tool)(nil)
+	_ effects.Reconciler          = (*Tool)(nil)
+	_ effects.RequestReconciler   = (*Tool)(nil)
+	_ effects.ToolNamer           = (*Tool)(nil)
+	_ effects.UpstreamTooler      = (*Tool)(nil)
+)
+
+// Tool is a recorded upstream tool: an effect of its mirrored name
 // whose attempt calls the upstream tool once.
-type UpstreamTool struct {
-	conn        *UpstreamConn
+type Tool struct {
+	conn        *Conn
 	decl        *ToolDecl // nil when undeclared (at most once)
 	locked      *LockedTool
 	name        string
@@ -64,60 +86,60 @@ type UpstreamTool struct {
 }
 
 var (
-	_ effects.Effect            = (*UpstreamTool)(nil)
-	_ effects.RequestReconciler = (*UpstreamTool)(nil)
-	_ effects.Declarer          = (*UpstreamTool)(nil)
+	_ effects.Effect            = (*Tool)(nil)
+	_ effects.RequestReconciler = (*Tool)(nil)
+	_ effects.Declarer          = (*Tool)(nil)
 )
 
 // Name implements effects.Effect: the mirrored name.
-func (t *UpstreamTool) Name() string { return t.name }
+func (t *Tool) Name() string { return t.name }
 
 // Guarantee implements effects.Effect.
-func (t *UpstreamTool) Guarantee() effects.Guarantee { return t.guarantee }
+func (t *Tool) Guarantee() effects.Guarantee { return t.guarantee }
 
 // Tool is the MCP tool's name: the mirrored name.
-func (t *UpstreamTool) Tool() string { return t.name }
+func (t *Tool) Tool() string { return t.name }
 
 // Description is the tool's description for agents: the declaration's, or
 // the upstream's (cleaned and capped when pinned).
-func (t *UpstreamTool) Description() string { return t.description }
+func (t *Tool) Description() string { return t.description }
 
 // ArgsSchema is the mirrored args' schema: the upstream's without key_arg.
-func (t *UpstreamTool) ArgsSchema() json.RawMessage { return t.schemaJSON }
+func (t *Tool) ArgsSchema() json.RawMessage { return t.schemaJSON }
 
 // UpstreamName is the upstream the tool belongs to.
-func (t *UpstreamTool) UpstreamName() string { return t.conn.u.name }
+func (t *Tool) UpstreamName() string { return t.conn.u.name }
 
 // UpstreamTool is the tool's name at the upstream.
-func (t *UpstreamTool) UpstreamTool() string { return t.locked.Name }
+func (t *Tool) UpstreamTool() string { return t.locked.Name }
 
 // Wait is how long a call of the tool waits for its intent's end.
-func (t *UpstreamTool) Wait() time.Duration { return t.conn.u.wait }
+func (t *Tool) Wait() time.Duration { return t.conn.u.wait }
 
 // Queue implements effects.Queuer: an upstream's recorded tools share one
 // River queue, upstream_<name>, whose workers are the upstream's processes
 // x max_in_flight (Workers).
-func (t *UpstreamTool) Queue() string { return "upstream_" + t.conn.u.name }
+func (t *Tool) Queue() string { return "upstream_" + t.conn.u.name }
 
 // Namespaces are the namespaces that see the tool; empty means all.
-func (t *UpstreamTool) Namespaces() []string { return t.conn.u.Namespaces() }
+func (t *Tool) Namespaces() []string { return t.conn.u.Namespaces() }
 
 // Workers is the River workers the tool's queue gets.
-func (t *UpstreamTool) Workers() int { return t.conn.u.Workers() }
+func (t *Tool) Workers() int { return t.conn.u.Workers() }
 
 // AlwaysClaim reports that every attempt is claimed before the upstream is
 // called, and never batched, whatever the guarantee: a rescued batch could
 // call an upstream while the first call still runs.
-func (t *UpstreamTool) AlwaysClaim() bool { return true }
+func (t *Tool) AlwaysClaim() bool { return true }
 
 // DeclarationSHA256 implements effects.Declarer: the transport, the
 // upstream tool's name, its pinned schema and its declaration, not the
 // descriptions.
-func (t *UpstreamTool) DeclarationSHA256() string { return t.sha256 }
+func (t *Tool) DeclarationSHA256() string { return t.sha256 }
 
 // DedupeWindow implements effects.DedupeWindower for a key_arg tool; a
 // retry-safe tool has no window.
-func (t *UpstreamTool) DedupeWindow() time.Duration {
+func (t *Tool) DedupeWindow() time.Duration {
 	if t.decl != nil && t.decl.window > 0 {
 		return t.decl.window
 	}
@@ -128,13 +150,13 @@ func (t *UpstreamTool) DedupeWindow() time.Duration {
 // CheckApprovalRule refuses an approval rule on the tool that names an
 // argument its pinned schema does not have at the top level, or compares a
 // non-numeric one with < or >: such a rule would never hold a call.
-func (t *UpstreamTool) CheckApprovalRule(arg string, numeric bool) error {
-	return checkApprovalRule(t.name, t.schemaJSON, arg, numeric)
+func (t *Tool) CheckApprovalRule(arg string, numeric bool) error {
+	return effectfile.CheckApprovalRule(t.name, t.schemaJSON, arg, numeric)
 }
 
 // Withdraw makes calls wait not_sent with code (upstream_drift,
 // upstream_tool_missing); "" restores the tool.
-func (t *UpstreamTool) Withdraw(code string) {
+func (t *Tool) Withdraw(code string) {
 	if code == "" {
 		t.withdrawn.Store(nil)
 		return
@@ -143,7 +165,7 @@ func (t *UpstreamTool) Withdraw(code string) {
 }
 
 // Withdrawn is why the tool's calls wait, or "".
-func (t *UpstreamTool) Withdrawn() string {
+func (t *Tool) Withdrawn() string {
 	if p := t.withdrawn.Load(); p != nil {
 		return *p
 	}
@@ -153,7 +175,7 @@ func (t *UpstreamTool) Withdrawn() string {
 // ValidateArgs implements effects.Effect: the mirrored schema, with a
 // marker of the longest length applied, so a maxLength cannot be broken at
 // send time; a call that passes key_arg is refused, outbox sets it.
-func (t *UpstreamTool) ValidateArgs(args json.RawMessage) error {
+func (t *Tool) ValidateArgs(args json.RawMessage) error {
 	var inst map[string]any
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
@@ -176,7 +198,7 @@ func (t *UpstreamTool) ValidateArgs(args json.RawMessage) error {
 	if err := t.schema.Validate(v); err != nil {
 		var verr *jsonschema.ValidationError
 		if errors.As(err, &verr) {
-			return argError(verr)
+			return effectfile.SchemaArgError(verr)
 		}
 		return &effects.ArgError{Message: err.Error()}
 	}
@@ -190,7 +212,7 @@ func mustJSON(v any) []byte {
 
 // callArgs returns the arguments sent upstream: the caller's, with the
 // marker applied and key_arg set, numbers kept as written.
-func (t *UpstreamTool) callArgs(args json.RawMessage, providerKey string) (map[string]any, error) {
+func (t *Tool) callArgs(args json.RawMessage, providerKey string) (map[string]any, error) {
 	var m map[string]any
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
@@ -216,7 +238,7 @@ func (t *UpstreamTool) callArgs(args json.RawMessage, providerKey string) (map[s
 }
 
 // Execute implements effects.Effect: one call of the upstream tool.
-func (t *UpstreamTool) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
+func (t *Tool) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	if code := t.Withdrawn(); code != "" {
 		return nil, effects.NotSent(code, fmt.Errorf("upstream %s tool %s is withdrawn (%s) until the operator pins it again (outboxd effects pin)", t.conn.u.name, t.locked.Name, code))
 	}
@@ -247,7 +269,7 @@ func (t *UpstreamTool) Execute(ctx context.Context, req *effects.Request) (json.
 // classify turns an upstream's answer (a result or a JSON-RPC error) into
 // a stored result or a classified error: the tool's rules first, then the
 // default classes.
-func (t *UpstreamTool) classify(res *mcp.CallToolResult, rpcErr *jsonrpc.Error, req *effects.Request) (json.RawMessage, error) {
+func (t *Tool) classify(res *mcp.CallToolResult, rpcErr *jsonrpc.Error, req *effects.Request) (json.RawMessage, error) {
 	vars := &mcpVars{providerKey: req.ProviderKey}
 	_ = json.Unmarshal(req.Args, &vars.args)
 	if res != nil {
@@ -264,20 +286,20 @@ func (t *UpstreamTool) classify(res *mcp.CallToolResult, rpcErr *jsonrpc.Error, 
 	if t.decl != nil {
 		act := vars.activation(nil)
 		for _, r := range t.decl.rules {
-			ok, err := r.when.evalBool(act)
+			ok, err := r.When.EvalBool(act)
 			if err != nil || !ok {
 				continue
 			}
-			code := r.code
-			switch r.class {
-			case ClassSuccess:
+			code := r.Code
+			switch r.Class {
+			case effectfile.ClassSuccess:
 				if res == nil {
 					return t.storeError(rpcErr)
 				}
 				return t.store(res)
-			case ClassNotSent:
+			case effectfile.ClassNotSent:
 				return nil, effects.NotSent(orDefaultCode(code, CodeUpstreamError), errors.New(describe()))
-			case ClassPermanent:
+			case effectfile.ClassPermanent:
 				return nil, effects.Permanent(orDefaultCode(code, CodeUpstreamRefused), errors.New(describe()))
 			default:
 				return nil, effects.Ambiguous(orDefaultCode(code, CodeUpstreamError), errors.New(describe()))
@@ -325,10 +347,10 @@ func rawOrNil(b json.RawMessage) any {
 }
 
 // errorText scrubs and caps an upstream's error text for the intent.
-func (t *UpstreamTool) errorText(s string) string {
+func (t *Tool) errorText(s string) string {
 	s = t.conn.u.scrub(s)
-	if len(s) > ErrorTextMax {
-		s = strings.ToValidUTF8(s[:ErrorTextMax], "") + "..."
+	if len(s) > effectfile.ErrorTextMax {
+		s = strings.ToValidUTF8(s[:effectfile.ErrorTextMax], "") + "..."
 	}
 	return s
 }
@@ -360,7 +382,7 @@ type storedResult struct {
 
 // store keeps a successful answer: text scrubbed and truncated at
 // result_max, binary blocks as their type, size and hash.
-func (t *UpstreamTool) store(res *mcp.CallToolResult) (json.RawMessage, error) {
+func (t *Tool) store(res *mcp.CallToolResult) (json.RawMessage, error) {
 	out := storedResult{Content: []map[string]any{}}
 	budget := t.conn.u.resultMax
 	for _, c := range res.Content {
@@ -409,7 +431,7 @@ func (t *UpstreamTool) store(res *mcp.CallToolResult) (json.RawMessage, error) {
 
 // storeError keeps a JSON-RPC error a success rule accepted ("already
 // exists" for a retry-safe tool).
-func (t *UpstreamTool) storeError(rpcErr *jsonrpc.Error) (json.RawMessage, error) {
+func (t *Tool) storeError(rpcErr *jsonrpc.Error) (json.RawMessage, error) {
 	return json.Marshal(storedResult{Content: []map[string]any{{"type": "text", "text": t.errorText(rpcErr.Message)}}})
 }
 
@@ -423,7 +445,7 @@ func binaryBlock(kind, mime string, data []byte) map[string]any {
 // the request, bounded by the upstream's timeout from its write. A result
 // or a JSON-RPC error is returned for classification; anything else is a
 // classified error.
-func (c *UpstreamConn) call(ctx context.Context, tool string, args map[string]any, g effects.Guarantee) (*mcp.CallToolResult, *jsonrpc.Error, error) {
+func (c *Conn) call(ctx context.Context, tool string, args map[string]any, g effects.Guarantee) (*mcp.CallToolResult, *jsonrpc.Error, error) {
 	m, s, release, err := c.acquire(ctx)
 	if err != nil {
 		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, err)
@@ -517,7 +539,7 @@ const pingTimeout = 2 * time.Second
 // look-up tool and finds the marker. An error, an isError answer or items
 // that are not a list is lookup_failed, never "not found"; "not found"
 // counts only settle after the intent's last possible send.
-func (t *UpstreamTool) LookupRequest(ctx context.Context, req *effects.Request, createdAt time.Time) (json.RawMessage, bool, error) {
+func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdAt time.Time) (json.RawMessage, bool, error) {
 	d := t.decl.lookup
 	failed := func(format string, args ...any) error {
 		return fmt.Errorf("lookup_failed: upstream %s tool %s: look-up through %s: %s", t.conn.u.name, t.locked.Name, d.tool, t.conn.u.scrub(fmt.Sprintf(format, args...)))
@@ -528,18 +550,18 @@ func (t *UpstreamTool) LookupRequest(ctx context.Context, req *effects.Request, 
 	if err := dec.Decode(&args); err != nil {
 		return nil, false, failed("args are not JSON")
 	}
-	rc := &renderCtx{args: args, providerKey: req.ProviderKey}
+	rc := &effectfile.RenderCtx{Args: args, ProviderKey: req.ProviderKey}
 	if !createdAt.IsZero() {
-		rc.createdAt = createdAt.UTC().Format(time.RFC3339)
+		rc.CreatedAt = createdAt.UTC().Format(time.RFC3339)
 	}
 	callArgs := map[string]any{}
 	for _, kv := range d.args {
-		v, ok, err := d.argT[kv.key].renderValue(rc)
+		v, ok, err := d.argT[kv.Key].RenderValue(rc)
 		if err != nil {
 			return nil, false, failed("%v", err)
 		}
 		if ok {
-			callArgs[kv.key] = v
+			callArgs[kv.Key] = v
 		}
 	}
 	res, rpcErr, err := t.conn.call(ctx, d.tool, callArgs, effects.GuaranteeDeduplicated)
@@ -556,12 +578,12 @@ func (t *UpstreamTool) LookupRequest(ctx context.Context, req *effects.Request, 
 	act := vars.activation(nil)
 	var foundItem any
 	if d.items != nil {
-		items, err := d.items.evalList(act)
+		items, err := d.items.EvalList(act)
 		if err != nil {
 			return nil, false, failed("items: %v", err)
 		}
 		for _, item := range items {
-			ok, err := d.match.evalBool(vars.activation(item))
+			ok, err := d.match.EvalBool(vars.activation(item))
 			if err != nil {
 				return nil, false, failed("match: %v", err)
 			}
@@ -571,8 +593,8 @@ func (t *UpstreamTool) LookupRequest(ctx context.Context, req *effects.Request, 
 			}
 		}
 	} else {
-		found, err1 := d.found.evalBool(act)
-		missing, err2 := d.missing.evalBool(act)
+		found, err1 := d.found.EvalBool(act)
+		missing, err2 := d.missing.EvalBool(act)
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, false, failed("%v", err)
 		}
@@ -596,8 +618,7 @@ func (t *UpstreamTool) LookupRequest(ctx context.Context, req *effects.Request, 
 	}
 	out := storedResult{Reconciled: true, StructuredContent: foundItem}
 	if len(d.result) > 0 {
-		e := &Effect{name: t.name}
-		picked, err := e.extract(d.result, foundItem)
+		picked, err := effectfile.Extract(d.result, foundItem)
 		if err != nil {
 			return nil, false, failed("%v", err)
 		}
@@ -616,6 +637,6 @@ func (t *UpstreamTool) LookupRequest(ctx context.Context, req *effects.Request, 
 
 // Lookup implements effects.Reconciler; the worker prefers LookupRequest,
 // which has the intent's arguments.
-func (t *UpstreamTool) Lookup(ctx context.Context, providerKey string) (json.RawMessage, bool, error) {
+func (t *Tool) Lookup(ctx context.Context, providerKey string) (json.RawMessage, bool, error) {
 	return t.LookupRequest(ctx, &effects.Request{Args: json.RawMessage(`{}`), ProviderKey: providerKey}, time.Time{})
 }

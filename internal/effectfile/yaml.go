@@ -1,4 +1,4 @@
-package declared
+package effectfile
 
 import (
 	"bytes"
@@ -11,29 +11,30 @@ import (
 	"github.com/goccy/go-yaml"
 )
 
-// orderedMap is a JSON object whose members keep the order of the file.
-type orderedMap []orderedKV
+// Map is a JSON object whose members keep the order of the file.
+type Map []KV
 
-type orderedKV struct {
-	key   string
-	value any
+// KV is one member of a Map.
+type KV struct {
+	Key   string
+	Value any
 }
 
 // MarshalJSON implements json.Marshaler, keeping the members' order.
-func (m orderedMap) MarshalJSON() ([]byte, error) {
+func (m Map) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteByte('{')
 	for i, kv := range m {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		k, err := json.Marshal(kv.key)
+		k, err := json.Marshal(kv.Key)
 		if err != nil {
 			return nil, err
 		}
 		buf.Write(k)
 		buf.WriteByte(':')
-		v, err := marshalJSON(kv.value)
+		v, err := MarshalJSON(kv.Value)
 		if err != nil {
 			return nil, err
 		}
@@ -43,66 +44,68 @@ func (m orderedMap) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func (m orderedMap) get(key string) (any, bool) {
+// Get returns the member key's value, and whether m has it.
+func (m Map) Get(key string) (any, bool) {
 	for _, kv := range m {
-		if kv.key == key {
-			return kv.value, true
+		if kv.Key == key {
+			return kv.Value, true
 		}
 	}
 	return nil, false
 }
 
-func (m orderedMap) without(key string) orderedMap {
-	out := make(orderedMap, 0, len(m))
+// Without returns m without its member key.
+func (m Map) Without(key string) Map {
+	out := make(Map, 0, len(m))
 	for _, kv := range m {
-		if kv.key != key {
+		if kv.Key != key {
 			out = append(out, kv)
 		}
 	}
 	return out
 }
 
-// ordered converts the YAML decoder's values: yaml.MapSlice into
-// orderedMap, recursively; other values as they are.
-func ordered(v any) any {
+// Ordered converts the YAML decoder's values: yaml.MapSlice into
+// Map, recursively; other values as they are.
+func Ordered(v any) any {
 	switch v := v.(type) {
 	case yaml.MapSlice:
-		m := make(orderedMap, 0, len(v))
+		m := make(Map, 0, len(v))
 		for _, item := range v {
-			m = append(m, orderedKV{key: fmt.Sprint(item.Key), value: ordered(item.Value)})
+			m = append(m, KV{Key: fmt.Sprint(item.Key), Value: Ordered(item.Value)})
 		}
 		return m
 	case []any:
 		out := make([]any, len(v))
 		for i, item := range v {
-			out[i] = ordered(item)
+			out[i] = Ordered(item)
 		}
 		return out
 	}
 	return v
 }
 
-// plain converts an orderedMap tree into maps, for JSON Schema.
-func plain(v any) any {
+// Plain converts an Map tree into maps, for JSON Schema.
+func Plain(v any) any {
 	switch v := v.(type) {
-	case orderedMap:
+	case Map:
 		m := make(map[string]any, len(v))
 		for _, kv := range v {
-			m[kv.key] = plain(kv.value)
+			m[kv.Key] = Plain(kv.Value)
 		}
 		return m
 	case []any:
 		out := make([]any, len(v))
 		for i, item := range v {
-			out[i] = plain(item)
+			out[i] = Plain(item)
 		}
 		return out
 	}
 	return v
 }
 
-// asInt reads a YAML or JSON number that is a whole number.
-func asInt(v any) (int, bool) {
+// AsInt reads a YAML or JSON number that is a whole number.
+func AsInt(v any) (int, bool) {
 	switch v := v.(type) {
 	case uint64:
 		return int(v), true
@@ -118,29 +121,29 @@ func asInt(v any) (int, bool) {
 	return 0, false
 }
 
-// mergePatch applies an RFC 7396 merge patch to a preset's declaration:
+// MergePatch applies an RFC 7396 merge patch to a preset's declaration:
 // members of the patch replace the preset's, null removes one, mappings
 // merge.
-func mergePatch(target, patch orderedMap) (orderedMap, error) {
-	out := append(orderedMap{}, target...)
+func MergePatch(target, patch Map) (Map, error) {
+	out := append(Map{}, target...)
 	for _, kv := range patch {
-		i := slices.IndexFunc(out, func(t orderedKV) bool { return t.key == kv.key })
+		i := slices.IndexFunc(out, func(t KV) bool { return t.Key == kv.Key })
 		switch {
-		case kv.value == nil:
+		case kv.Value == nil:
 			if i >= 0 {
 				out = slices.Delete(out, i, i+1)
 			}
 		case i >= 0:
-			pm, pok := kv.value.(orderedMap)
-			tm, tok := out[i].value.(orderedMap)
+			pm, pok := kv.Value.(Map)
+			tm, tok := out[i].Value.(Map)
 			if pok && tok {
-				merged, err := mergePatch(tm, pm)
+				merged, err := MergePatch(tm, pm)
 				if err != nil {
 					return nil, err
 				}
-				out[i].value = merged
+				out[i].Value = merged
 			} else {
-				out[i].value = kv.value
+				out[i].Value = kv.Value
 			}
 		default:
 			out = append(out, kv)
@@ -157,12 +160,14 @@ func yamlError(file string, err error) *FileError {
 		if tok := syntax.GetToken(); tok != nil && tok.Position != nil {
 			line = tok.Position.Line
 		}
-		return &FileError{File: file, Line: line, Err: errors.New(strings.TrimSpace(firstLine(syntax.GetMessage())))}
+		return &FileError{File: file, Line: line, Err: errors.New(strings.TrimSpace(FirstLine(syntax.GetMessage())))}
 	}
-	return &FileError{File: file, Err: errors.New(firstLine(err.Error()))}
+	return &FileError{File: file, Err: errors.New(FirstLine(err.Error()))}
 }
 
-func firstLine(s string) string {
+// FirstLine returns s's first line, trimmed: a parser's message without
+// its excerpt of the file.
+func FirstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
 }

@@ -1,4 +1,4 @@
-package declared_test
+package upstream_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
+
+	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 // A tool that differs from its pin, or is gone, is withdrawn: its calls
@@ -33,21 +35,21 @@ func TestUpstreamDrift(t *testing.T) {
 	t.Cleanup(hs.Close)
 
 	file := "upstreams:\n  up:\n    url: \"{env.URL}\"\n    refresh: 1s\n    connect_timeout: 2s\n"
-	f, err := declared.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
 		return hs.URL, n == "URL"
 	}})
 	require.NoError(t, err)
 	u := f.Upstreams[0]
-	conn := declared.NewUpstreamConn(u, nil)
+	conn := upstream.NewConn(u, nil)
 	server, listed, err := conn.ListTools(context.Background())
 	conn.Close()
 	require.NoError(t, err)
 	entry, problems := u.Pin(server, listed, nil)
 	require.Empty(t, problems)
-	lock := &declared.Lock{Version: declared.LockVersion, Upstreams: map[string]*declared.LockedUpstream{"up": entry}}
+	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}
 
 	var drifts atomic.Int32
-	c, err := declared.Bind(f, lock, &declared.BindConfig{ObserveDriftFunc: func(string, string) { drifts.Add(1) }})
+	c, err := upstream.Bind(f, lock, &upstream.BindConfig{ObserveDriftFunc: func(string, string) { drifts.Add(1) }})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	require.Len(t, c.Recorded, 1)
@@ -65,17 +67,17 @@ func TestUpstreamDrift(t *testing.T) {
 	// The upstream changes the tool under the same name.
 	srv.RemoveTools("write")
 	srv.AddTool(&mcp.Tool{Name: "write", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"to":{"type":"string"}}}`)}, handler)
-	require.Eventually(t, func() bool { return tool.Withdrawn() == declared.CodeUpstreamDrift }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return tool.Withdrawn() == upstream.CodeUpstreamDrift }, 10*time.Second, 50*time.Millisecond)
 	_, err = tool.Execute(context.Background(), req)
 	class, code := effects.Classify(err)
 	require.Equal(t, effects.ClassNotSent, class)
-	require.Equal(t, declared.CodeUpstreamDrift, code)
+	require.Equal(t, upstream.CodeUpstreamDrift, code)
 	require.EqualValues(t, 1, calls.Load(), "a drifted tool is never called")
 	require.Positive(t, drifts.Load())
 
 	// Gone, then back as pinned.
 	srv.RemoveTools("write")
-	require.Eventually(t, func() bool { return tool.Withdrawn() == declared.CodeUpstreamToolMissing }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return tool.Withdrawn() == upstream.CodeUpstreamToolMissing }, 10*time.Second, 50*time.Millisecond)
 	srv.AddTool(pinned, handler)
 	require.Eventually(t, func() bool { return tool.Withdrawn() == "" }, 10*time.Second, 50*time.Millisecond)
 	_, err = tool.Execute(context.Background(), req)

@@ -26,9 +26,10 @@ func TestProviderConfig(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "https://api.stripe.com", cfg.StripeURL)
 		require.Equal(t, "starttls", cfg.SMTPTLS)
-		registry, err := newEffectRegistry(cfg, nil, slog.New(slog.DiscardHandler))
+		set, err := newEffectSet(context.Background(), cfg, nil, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
-		require.Empty(t, registry.Names(), "no provider configured, no effect")
+		defer set.Close()
+		require.Empty(t, set.Registry.Names(), "no provider configured, no effect")
 	})
 
 	t.Run("BadValues", func(t *testing.T) {
@@ -79,9 +80,10 @@ func TestProviderConfig(t *testing.T) {
 		})
 		require.NoError(t, err)
 		var logs bytes.Buffer
-		registry, stop, err := startEffectRegistry(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+		set, err := startEffectSet(context.Background(), cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 		require.NoError(t, err)
-		defer stop()
+		defer set.Close()
+		registry := set.Registry
 		require.Equal(t, []string{"charge", "email", "ticket", "webhook"}, registry.Names())
 		want := map[string]effects.Guarantee{
 			"charge": effects.GuaranteeDeduplicated, "email": effects.GuaranteeAtMostOnce,
@@ -104,9 +106,10 @@ func TestProviderConfig(t *testing.T) {
 		cfg, err := load(map[string]string{"OUTBOX_SANDBOX": "true", "OUTBOX_STRIPE_KEY": "sk_live_SECRET"})
 		require.NoError(t, err)
 		var logs bytes.Buffer
-		registry, stop, err := startEffectRegistry(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+		set, err := startEffectSet(context.Background(), cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 		require.NoError(t, err)
-		defer stop()
+		defer set.Close()
+		registry := set.Registry
 		for _, name := range []string{"charge", "email", "ticket", "webhook", "noop"} {
 			_, ok := registry.Get(name)
 			require.True(t, ok, name)
@@ -119,8 +122,11 @@ func TestProviderConfig(t *testing.T) {
 
 		// The validation-only registry has the same effects, with nothing
 		// started.
-		validating, err := newEffectRegistry(cfg, nil, slog.New(slog.DiscardHandler))
+		validatingSet, err := newEffectSet(context.Background(), cfg, nil, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
+		defer validatingSet.Close()
+		require.Nil(t, validatingSet.Sandbox, "nothing started")
+		validating := validatingSet.Registry
 		require.Equal(t, registry.Names(), validating.Names())
 		e, _ := validating.Get("webhook")
 		require.NoError(t, e.ValidateArgs([]byte(`{"endpoint": "sandbox", "payload": {}}`)))
