@@ -61,6 +61,17 @@ type Request struct {
 	// ProviderKey is the stable key to send to the provider: the same for
 	// every attempt of one intent, and free of the caller's key and arguments.
 	ProviderKey string
+
+	// Checkpoint is what an earlier attempt recorded through
+	// CheckpointFunc, for a Checkpointer: the work to resume rather than
+	// start again. Nil when none was recorded.
+	Checkpoint json.RawMessage
+
+	// CheckpointFunc, set for a Checkpointer's attempt, records checkpoint
+	// durably on the intent, fenced on this attempt's claim, before it
+	// returns: a later attempt, on any replica, gets it as Checkpoint. An
+	// error means it was not recorded.
+	CheckpointFunc func(ctx context.Context, checkpoint json.RawMessage) error
 }
 
 // Effect is a named kind of side effect. Implementations must be safe for
@@ -82,6 +93,17 @@ type Effect interface {
 	// (stored as the intent's result) or an error classified with NotSent,
 	// Permanent or Ambiguous. ctx carries the attempt's deadline.
 	Execute(ctx context.Context, req *Request) (json.RawMessage, error)
+}
+
+// Checkpointer is implemented by an effect whose attempt can record where
+// it got to (Request.CheckpointFunc), so that the next attempt resumes
+// there (Request.Checkpoint) instead of calling the provider again: an MCP
+// upstream whose call answered with a task, polled until it ends. Once a
+// checkpoint is recorded, the provider received the request: the next
+// attempt always resumes, whatever the guarantee, and an ambiguous outcome
+// of resumed work ends the intent unknown rather than retrying it.
+type Checkpointer interface {
+	Checkpoints() bool
 }
 
 // ArgsSchemaer is implemented by an effect that describes its arguments as

@@ -175,7 +175,7 @@ func TestMigrateLiveTable(t *testing.T) {
 	table := pgx.Identifier{schema, "outbox_intent"}.Sanitize()
 	m, err := migrations.New(pool, schema)
 	require.NoError(t, err)
-	for _, want := range []int{16, 15, 14} {
+	for want := migrations.Latest(); want >= 14; want-- {
 		res, err := m.Down(ctx, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, res.Applied[0].Version)
@@ -227,7 +227,7 @@ func TestMigrateLiveTable(t *testing.T) {
 	close(stop)
 	live := <-written
 	require.NoError(t, err)
-	require.Len(t, res.Applied, 3)
+	require.Len(t, res.Applied, migrations.Latest()-13)
 	require.True(t, res.Applied[1].Version == 15 && res.Applied[1].Name == "hot_intent_indexes")
 	require.Positive(t, live, "enqueues went on during the migration")
 	require.Equal(t, []string{"outbox_intent_approval", "outbox_intent_created_at", "outbox_intent_namespace_id",
@@ -253,7 +253,7 @@ func TestMigrateLiveTable(t *testing.T) {
 	require.Zero(t, again)
 
 	// And back, concurrently too.
-	for _, want := range []int{16, 15, 14} {
+	for want := migrations.Latest(); want >= 14; want-- {
 		res, err := m.Down(ctx, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, res.Applied[0].Version)

@@ -29,6 +29,7 @@ type Queries struct {
 	sqlOverviewCounts, sqlOverviewLastHour, sqlJobs, sqlLeader, sqlLockAction                 string
 	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
 	sqlStateKey, sqlRequestedHost, sqlUseState, sqlStatesUsed                                 string
+	sqlCheckpoint, sqlSetCheckpoint                                                           string
 }
 
 // New returns the statements of schema, rendered once.
@@ -48,6 +49,7 @@ func New(schema string) *Queries {
 	q.renderProcess(r)
 	q.renderBrowse(r)
 	q.renderHostApproval(r)
+	q.renderCheckpoint(r)
 	return q
 }
 

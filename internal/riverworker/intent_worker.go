@@ -246,7 +246,24 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 			c.DeclarationSHA256 != declarationOf(w.effects, c.Effect),
 	}
 
+	// An effect that records checkpoints (an MCP upstream's call answered
+	// with a task) resumes an earlier attempt's work: the provider received
+	// that call, so it is neither looked up, nor given up as lost, nor sent
+	// again; its task is polled. The intent may have acted all the same:
+	// attempts that run out end it unknown, never failed.
+	var checkpoint json.RawMessage
+	cp, checkpoints := effect.(effects.Checkpointer)
+	if checkpoints = checkpoints && cp.Checkpoints(); checkpoints {
+		if checkpoint, err = w.store.queries.Checkpoint(ctx, w.store.pool, c.ID); err != nil {
+			return w.finish(ctx, c, workers.Decision{State: outbox.StateRunning, KeepLease: true, Retry: true, MaybeSent: c.MaybeSent},
+				"", nil, fmt.Errorf("error reading intent %d's checkpoint: %w", c.ID, err))
+		}
+		sit.MaybeSent = sit.MaybeSent || len(checkpoint) > 0
+	}
 	d := workers.Decide(sit)
+	if len(checkpoint) > 0 && !sit.Exhausted && d.Action != workers.ActionSend {
+		d = workers.Decision{Action: workers.ActionSend}
+	}
 	if d.Action == workers.ActionLookup {
 		lookupCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
 		var (
@@ -274,7 +291,19 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		return w.finish(ctx, c, d, w.startMessage(d, effect), nil, nil)
 	}
 
-	req := &effects.Request{Args: c.Args, Attempt: c.Attempt, IntentID: c.ID, Namespace: c.Namespace, ProviderKey: c.ProviderKey}
+	req := &effects.Request{Args: c.Args, Attempt: c.Attempt, IntentID: c.ID, Namespace: c.Namespace, ProviderKey: c.ProviderKey,
+		Checkpoint: checkpoint}
+	if checkpoints {
+		req.CheckpointFunc = func(ctx context.Context, cp json.RawMessage) error {
+			// Recorded at once, outside the finish: the attempt may die
+			// before it finishes, and the next must find the work to resume.
+			if err := w.store.queries.SetCheckpoint(context.WithoutCancel(ctx), w.store.pool, c.ID, c.Attempt, cp); err != nil {
+				return err
+			}
+			checkpoint = cp
+			return nil
+		}
+	}
 	callCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
 	start := time.Now()
 	result, err := effect.Execute(callCtx, req)
@@ -282,6 +311,9 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 	w.metrics.EffectDuration.WithLabelValues(c.Effect).Observe(time.Since(start).Seconds())
 
 	sit.Step = workers.StepCalled
+	// A checkpoint recorded by this attempt counts as a send that reached
+	// the provider.
+	sit.MaybeSent = sit.MaybeSent || len(checkpoint) > 0
 	if err == nil {
 		if len(result) == 0 || !json.Valid(result) {
 			result = json.RawMessage(`{}`)
@@ -291,6 +323,12 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 	class, code := effects.Classify(err)
 	sit.Class = class
 	d = workers.Decide(sit)
+	if len(checkpoint) > 0 && class == effects.ClassAmbiguous {
+		// Work the provider received ended without a result it can give
+		// again (its task failed, was cancelled or asks for input):
+		// another attempt would only poll the same answer.
+		d = workers.Decision{State: outbox.StateUnknown, Outcome: "ambiguous", MaybeSent: true}
+	}
 	if d.Code == "" {
 		d.Code = code
 	}

@@ -87,7 +87,7 @@ func NewConn(u *Upstream, config *ConnConfig) *Conn {
 		// outbox never answers an upstream's request for input (sampling,
 		// elicitation, roots): a recorded call runs without a person, and
 		// an answer made up here would be a guess.
-		Capabilities:   &mcp.ClientCapabilities{},
+		Capabilities:   tasksCapabilities(),
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			if f := c.onListChanged; f != nil {
@@ -95,6 +95,9 @@ func NewConn(u *Upstream, config *ConnConfig) *Conn {
 			}
 		},
 	})
+	// Registered on a client of our own making, with names the SDK does
+	// not take: cannot fail.
+	_ = addTaskMethods(c.client)
 	for range u.processes {
 		c.members = append(c.members, &member{conn: c, slots: make(chan struct{}, u.maxInFlight)})
 	}
@@ -183,7 +186,7 @@ func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) 
 		if err != nil {
 			return nil, err
 		}
-		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}
+		transport = taskTransport{&mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}}
 	} else {
 		endpoint, _, err := c.u.url.RenderString(&effectfile.RenderCtx{Env: c.u.resolved})
 		if err != nil {
@@ -203,6 +206,16 @@ func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) 
 }
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// tasksCapabilities are outbox's capabilities as an upstream's client: the
+// tasks extension, and nothing that asks for a person's input (sampling,
+// elicitation, roots): a recorded call runs without a person, and an
+// answer made up here would be a guess.
+func tasksCapabilities() *mcp.ClientCapabilities {
+	caps := &mcp.ClientCapabilities{}
+	caps.AddExtension(TasksExtension, nil)
+	return caps
+}
 
 // command builds a child's command: argv as declared, the environment from
 // inherit and env only, in dir or a private temporary directory, in its own
@@ -343,6 +356,9 @@ func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 		}))
 	}
 	resp, err := t.base.RoundTrip(req)
+	if slot, ok := req.Context().Value(taskSlotKey{}).(*taskSlot); ok && resp != nil && req.Method == http.MethodPost {
+		resp.Body = sniffBody(resp.Body, resp.Header.Get("Content-Type"), slot)
+	}
 	if p != nil && resp != nil && req.Method == http.MethodPost {
 		p.mu.Lock()
 		p.status = resp.StatusCode

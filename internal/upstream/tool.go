@@ -52,6 +52,7 @@ var (
 	_ effects.AlwaysClaimer       = (*Tool)(nil)
 	_ effects.ApprovalRuleChecker = (*Tool)(nil)
 	_ effects.ArgsSchemaer        = (*Tool)(nil)
+	_ effects.Checkpointer        = (*Tool)(nil)
 	_ effects.Declarer            = (*Tool)(nil)
 	_ effects.DedupeWindower      = (*Tool)(nil)
 	_ effects.Describer           = (*Tool)(nil)
@@ -246,19 +247,35 @@ func (t *Tool) Execute(ctx context.Context, req *effects.Request) (json.RawMessa
 	if err != nil {
 		return nil, err
 	}
-	res, rpcErr, err := t.conn.call(ctx, t.locked.Name, args, t.guarantee)
 	outcome := "succeeded"
 	defer func() {
 		if t.observe != nil {
 			t.observe(t.conn.u.name, t.name, outcome)
 		}
 	}()
+	if len(req.Checkpoint) > 0 {
+		// An earlier attempt's call was answered with a task: poll it,
+		// never call again.
+		result, err := t.resumeTask(ctx, req)
+		if err != nil {
+			class, code := effects.Classify(err)
+			outcome = string(class) + ":" + code
+		}
+		return result, err
+	}
+	callCtx, slot := withTaskSlot(ctx)
+	res, rpcErr, err := t.conn.call(callCtx, t.locked.Name, args, t.guarantee)
 	if err != nil {
 		class, code := effects.Classify(err)
 		outcome = string(class) + ":" + code
 		return nil, err
 	}
-	result, err := t.classify(res, rpcErr, req)
+	var result json.RawMessage
+	if raw := slot.get(); raw != nil && rpcErr == nil {
+		result, err = t.executeTask(ctx, req, raw)
+	} else {
+		result, err = t.classify(res, rpcErr, req)
+	}
 	if err != nil {
 		class, code := effects.Classify(err)
 		outcome = string(class) + ":" + code
