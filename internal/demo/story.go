@@ -92,6 +92,7 @@ type Story struct {
 	email  lostLane
 	ticket lostLane
 	mcp    mcpLane
+	tasks  mcpTasksLane
 	checks []checkResult
 }
 
@@ -168,13 +169,17 @@ func (s *Story) Tell(ctx context.Context) error {
 			return err
 		}
 	}
+	s.out.Printf("\n6. A host on MCP 2026-07-28: its stream breaks, it re-issues the call; then it approves one\n")
+	if err := s.mcpTasks(ctx); err != nil {
+		return err
+	}
 	s.printSummary()
 	return nil
 }
 
 // printSummary prints the table of calls made against effects performed.
 func (s *Story) printSummary() {
-	s.out.Printf("\n6. Calls made, against effects performed\n")
+	s.out.Printf("\n7. Calls made, against effects performed\n")
 	tw := s.out.Table()
 	fmt.Fprintf(tw, "   effect\tpath\tagent's calls\tprovider requests\teffects\toutcome\n")
 	fmt.Fprintf(tw, "   charge\twithout outbox\t%d\t%d\t%s\tthe failure: one purchase, charged twice\n",

@@ -7,26 +7,22 @@ package mcpraw
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/internal/mcpwire"
 )
 
 // TasksExtension is the tasks extension's identifier.
-const TasksExtension = "io.modelcontextprotocol/tasks"
-
-// ProtocolVersion is the protocol version the client speaks.
-const ProtocolVersion = "2026-07-28"
+const TasksExtension = mcpwire.TasksExtension
 
 // Client sends requests statelessly: each carries its protocol version,
 // client info and capabilities in params._meta, and a fresh request id.
@@ -47,14 +43,7 @@ type Client struct {
 }
 
 // Response is a JSON-RPC response.
-type Response struct {
-	Result json.RawMessage `json:"result"`
-	Error  *struct {
-		Code    int             `json:"code"`
-		Message string          `json:"message"`
-		Data    json.RawMessage `json:"data"`
-	} `json:"error"`
-}
+type Response = mcpwire.Response
 
 // Stdio returns a client that writes requests, one JSON text a line, to w
 // and reads responses from r (an `outboxd mcp` process's stdin and stdout).
@@ -92,22 +81,11 @@ func (s *stdio) read(r io.Reader) {
 }
 
 func (c *Client) meta() map[string]any {
-	caps := map[string]any{}
-	if c.Tasks {
-		caps["extensions"] = map[string]any{TasksExtension: map[string]any{}}
-	}
-	if c.Elicit {
-		caps["elicitation"] = map[string]any{"form": map[string]any{}}
-	}
 	name := c.Name
 	if name == "" {
 		name = "raw-host"
 	}
-	return map[string]any{
-		"io.modelcontextprotocol/protocolVersion":    ProtocolVersion,
-		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": name, "version": "1"},
-		"io.modelcontextprotocol/clientCapabilities": caps,
-	}
+	return mcpwire.Meta(name, c.Tasks, c.Elicit)
 }
 
 // Do sends method with params (to which _meta is added) and returns the
@@ -119,13 +97,13 @@ func (c *Client) Do(t testing.TB, method string, params map[string]any) *Respons
 	}
 	params["_meta"] = c.meta()
 	id := c.ids.Add(1)
-	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	body, err := mcpwire.Request(id, method, params)
 	require.NoError(t, err)
 	var raw []byte
 	if c.stdio != nil {
 		raw, err = c.stdio.roundTrip(id, body)
 	} else {
-		raw, err = c.post(t, method, params, body)
+		raw, err = mcpwire.Post(t.Context(), http.DefaultClient, c.URL, c.Token, method, params, body)
 	}
 	require.NoError(t, err, "%s", method)
 	var out Response
@@ -148,54 +126,6 @@ func (s *stdio) roundTrip(id int64, body []byte) ([]byte, error) {
 	case <-time.After(30 * time.Second):
 		return nil, errors.New("no response within 30s")
 	}
-}
-
-func (c *Client) post(t testing.TB, method string, params map[string]any, body []byte) ([]byte, error) {
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, c.URL, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", ProtocolVersion)
-	req.Header.Set("Mcp-Method", method)
-	if name, ok := params["name"].(string); ok && method == "tools/call" {
-		req.Header.Set("Mcp-Name", name)
-	}
-	if id, ok := params["taskId"].(string); ok {
-		// The extension's routing header.
-		req.Header.Set("Mcp-Name", id)
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	// 2026-07-28 answers a request's JSON-RPC error with an HTTP status of
-	// its own (400 for invalid params), the body the JSON-RPC error.
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusBadRequest {
-		b, _ := io.ReadAll(resp.Body)
-		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
-	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return io.ReadAll(resp.Body)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			var probe struct {
-				ID json.RawMessage `json:"id"`
-			}
-			if json.Unmarshal([]byte(data), &probe) == nil && len(probe.ID) > 0 {
-				return []byte(data), nil
-			}
-		}
-	}
-	return nil, errors.New("the event stream ended without a response")
 }
 
 // Task is a task as the extension shapes it on the wire.

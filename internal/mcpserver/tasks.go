@@ -162,12 +162,12 @@ func (t *TaskIDs) keys(ctx context.Context) (*stateKeys, error) {
 	return keys, nil
 }
 
-// taskIDBytes is a task id's length before encoding: the intent's id (8
-// bytes) and a MAC of it under the state key (16 bytes, 128 bits).
+// taskIDBytes is a task id's length before encoding: a MAC of the intent
+// under the state key (16 bytes, 128 bits) and the intent's id (8 bytes).
 const taskIDBytes = 8 + 16
 
-// taskID returns the task id of the intent id in the server's namespace: the
-// intent's id and a keyed MAC of (namespace, id). Every replica computes the
+// taskID returns the task id of the intent id in the server's namespace: a
+// keyed MAC of (namespace, id) and the intent's id. Every replica computes the
 // same one (the key is in the database), it never changes, and it cannot
 // be guessed, nor taken to another namespace, without the key.
 func (s *server) taskID(keys *stateKeys, intentID int64) string {
@@ -175,9 +175,10 @@ func (s *server) taskID(keys *stateKeys, intentID int64) string {
 }
 
 func taskIDOf(keys *stateKeys, namespace string, intentID int64) string {
+	// The MAC first: ids read as random from their first character.
 	b := make([]byte, taskIDBytes)
-	binary.BigEndian.PutUint64(b, uint64(intentID))
-	copy(b[8:], keys.taskMAC(namespace, intentID))
+	copy(b, keys.taskMAC(namespace, intentID))
+	binary.BigEndian.PutUint64(b[16:], uint64(intentID))
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -189,8 +190,8 @@ func (s *server) parseTaskID(keys *stateKeys, id string) (int64, bool) {
 	if err != nil || len(b) != taskIDBytes {
 		return 0, false
 	}
-	intentID := int64(binary.BigEndian.Uint64(b))
-	if subtle.ConstantTimeCompare(b[8:], keys.taskMAC(s.namespace, intentID)) != 1 {
+	intentID := int64(binary.BigEndian.Uint64(b[16:]))
+	if subtle.ConstantTimeCompare(b[:16], keys.taskMAC(s.namespace, intentID)) != 1 {
 		return 0, false
 	}
 	return intentID, true

@@ -71,7 +71,7 @@ func TestMCPTasks(t *testing.T) {
 	require.Equal(t, "queued", first.StatusMessage)
 	require.Nil(t, first.TTLMs, "unlimited until the intent ends")
 	require.EqualValues(t, 1000, first.PollIntervalMs)
-	require.Len(t, first.TaskID, 32, "24 bytes, base64url: the intent's id and a 128-bit MAC")
+	require.Len(t, first.TaskID, 32, "24 bytes, base64url: a 128-bit MAC and the intent's id")
 
 	t.Run("ReissuedCallsJoinTheTask", func(t *testing.T) {
 		// The same key under a new request id, on another replica.
