@@ -47,10 +47,10 @@ func (h *wireHost) call(ctx context.Context, method string, params map[string]an
 // wireAnswer is what the demo reads of an answer: a task, an input
 // request, or a tool result.
 type wireAnswer struct {
-	ResultType    string          `json:"resultType"`
-	TaskID        string          `json:"taskId"`
-	Status        string          `json:"status"`
-	RequestState  string          `json:"requestState"`
+	ResultType    string `json:"resultType"`
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	RequestState  string `json:"requestState"`
 	InputRequests map[string]struct {
 		Params struct {
 			Message string `json:"message"`

@@ -133,4 +133,3 @@ func BenchmarkLaneMCP(b *testing.B) {
 		b.ReportMetric(mcpRate/libRate, "mcp/lib")
 	}
 }
-
