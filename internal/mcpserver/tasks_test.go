@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,7 +57,15 @@ func TestMCPTasks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// Two replicas of one namespace, and a server of another namespace.
-	url1 := b.serveHTTP(t, &mcpserver.Config{Namespace: "shop"})
+	var (
+		mu       sync.Mutex
+		outcomes = map[string]int{}
+	)
+	url1 := b.serveHTTP(t, &mcpserver.Config{Namespace: "shop", TaskFunc: func(outcome string) {
+		mu.Lock()
+		outcomes[outcome]++
+		mu.Unlock()
+	}})
 	url2 := b.serveHTTP(t, &mcpserver.Config{Namespace: "shop"})
 	urlOther := b.serveHTTP(t, &mcpserver.Config{Namespace: "other"})
 	c1 := &mcpraw.Client{URL: url1, Token: "agent-1", Tasks: true}
@@ -72,6 +81,14 @@ func TestMCPTasks(t *testing.T) {
 	require.Nil(t, first.TTLMs, "unlimited until the intent ends")
 	require.EqualValues(t, 1000, first.PollIntervalMs)
 	require.Len(t, first.TaskID, 32, "24 bytes, base64url: a 128-bit MAC and the intent's id")
+
+	t.Run("Counted", func(t *testing.T) {
+		// outbox_mcp_tasks_total: a new task, then one joined.
+		c1.CallTask(t, "charge_card", charge)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, map[string]int{mcpserver.TaskCreated: 1, mcpserver.TaskJoined: 1}, outcomes)
+	})
 
 	t.Run("ReissuedCallsJoinTheTask", func(t *testing.T) {
 		// The same key under a new request id, on another replica.
