@@ -57,6 +57,8 @@ type heartbeat struct {
 	logger   *slog.Logger
 	pool     *pgxpool.Pool
 	queries  *intentdb.Queries
+	// sessionPool gives the liveness session (Config.SessionPool).
+	sessionPool *pgxpool.Pool
 	// rescued counts the jobs rescued in committed transactions
 	// (outbox_jobs_rescued_total).
 	rescued prometheus.Counter
@@ -68,7 +70,7 @@ type heartbeat struct {
 	beats  int
 }
 
-func newHeartbeat(pool *pgxpool.Pool, c *Config, clientID string) *heartbeat {
+func newHeartbeat(pool, sessionPool *pgxpool.Pool, c *Config, clientID string) *heartbeat {
 	metrics := c.Metrics
 	if metrics == nil {
 		metrics = workers.NewMetrics(nil)
@@ -79,12 +81,13 @@ func newHeartbeat(pool *pgxpool.Pool, c *Config, clientID string) *heartbeat {
 		// Two beats: a live process that lost its session (PostgreSQL
 		// ended it, a network blip) has opened a new one and taken its
 		// lock again well within that.
-		grace:    2 * c.HeartbeatInterval,
-		interval: c.HeartbeatInterval,
-		logger:   c.Logger,
-		rescued:  metrics.Rescued,
-		pool:     pool,
-		queries:  intentdb.New(c.Schema),
+		grace:       2 * c.HeartbeatInterval,
+		interval:    c.HeartbeatInterval,
+		logger:      c.Logger,
+		rescued:     metrics.Rescued,
+		pool:        pool,
+		queries:     intentdb.New(c.Schema),
+		sessionPool: sessionPool,
 	}
 }
 
@@ -101,7 +104,7 @@ func (h *heartbeat) start(ctx context.Context) error {
 
 // connect opens the liveness session and registers on it.
 func (h *heartbeat) connect(ctx context.Context) error {
-	pc, err := h.pool.Acquire(ctx)
+	pc, err := h.sessionPool.Acquire(ctx)
 	if err != nil {
 		return err
 	}

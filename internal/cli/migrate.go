@@ -86,7 +86,12 @@ func (a *app) migrator(ctx context.Context) (*migrations.Migrator, func(), error
 	// (the Migrator lifts them on its own session in serve too).
 	noTimeouts := *cfg
 	noTimeouts.StatementTimeout, noTimeouts.LockTimeout = 0, 0
-	pool, err := connect(ctx, &noTimeouts, 0)
+	// The migrations' lock is a session's: behind a transaction pooler
+	// they run on the session connection string (connectSession).
+	pool, err := connectSession(ctx, &noTimeouts, 0)
+	if err == nil && pool == nil {
+		pool, err = connect(ctx, &noTimeouts, 0)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
