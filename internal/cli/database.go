@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/internal/dbutil"
 )
 
@@ -81,6 +83,29 @@ func connectSession(ctx context.Context, cfg *Config, maxConns int32) (*pgxpool.
 	session := *cfg
 	session.DatabaseURL, session.poolConfig, session.PollOnly = cfg.SessionDatabaseURL, cfg.sessionPoolConfig, false
 	return connect(ctx, &session, maxConns)
+}
+
+// checkSessions refuses, in one line, a pool meant to hold sessions whose
+// connections are not: the session pool (SessionDatabaseURL) or, without
+// one, the pool of DATABASE_URL, when it goes through a transaction pooler
+// and PollOnly is not set. On such connections a session advisory lock
+// (liveness, migrations) outlives its process on a server connection
+// others use, and LISTEN hears nothing.
+func checkSessions(ctx context.Context, cfg *Config, pool, sessionPool *pgxpool.Pool) error {
+	if sessionPool != nil {
+		if err := dispatcher.CheckSession(ctx, sessionPool); errors.Is(err, dispatcher.ErrNotASession) {
+			return &ConfigError{Var: envName("SessionDatabaseURL"), Message: "its connections are not sessions (they change backend between statements: a transaction pooler's?); expected " + fieldTag("SessionDatabaseURL", "expect")}
+		} else if err != nil {
+			return fmt.Errorf("error checking OUTBOX_SESSION_DATABASE_URL's sessions: %w", err)
+		}
+		return nil
+	}
+	if err := dispatcher.CheckSession(ctx, pool); errors.Is(err, dispatcher.ErrNotASession) {
+		return &ConfigError{Var: envName("DatabaseURL"), Message: "its connections are not sessions (they change backend between statements): behind a transaction pooler set OUTBOX_POLL_ONLY=true and OUTBOX_SESSION_DATABASE_URL (docs/operations.md, \"Behind PgBouncer\")"}
+	} else if err != nil {
+		return fmt.Errorf("error checking DATABASE_URL's sessions: %w", err)
+	}
+	return nil
 }
 
 // checkRoleTimeouts warns, behind a transaction pooler (cfg.PollOnly), when

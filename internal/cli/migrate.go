@@ -95,6 +95,10 @@ func (a *app) migrator(ctx context.Context) (*migrations.Migrator, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkSessions(ctx, cfg, pool, nil); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
 	migrator, err := migrations.New(pool, cfg.Schema)
 	if err != nil {
 		pool.Close()

@@ -21,7 +21,7 @@ func MakeArchiveDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("error creating archive directory: %w", err)
 	}
-	credential, err := postgresCredential()
+	credential, err := PostgresCredential()
 	if err != nil {
 		return "", err
 	}
