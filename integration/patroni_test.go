@@ -214,7 +214,9 @@ type patroniCluster struct {
 	apiPorts [2]int
 }
 
-func (c *patroniCluster) config(i int) string { return filepath.Join(c.dir, fmt.Sprintf("n%d.yml", i+1)) }
+func (c *patroniCluster) config(i int) string {
+	return filepath.Join(c.dir, fmt.Sprintf("n%d.yml", i+1))
+}
 func (c *patroniCluster) dataDir(i int) string {
 	return filepath.Join(c.dir, fmt.Sprintf("n%d", i+1))
 }
