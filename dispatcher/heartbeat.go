@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -112,7 +111,7 @@ func (h *heartbeat) connect(ctx context.Context) error {
 	// Out of the pool: the session must stay this process's own for its
 	// whole life, never be closed as idle nor lent to a statement.
 	conn := pc.Hijack()
-	if err := checkSession(ctx, conn, h.sessionPool); err != nil {
+	if err := checkSession(ctx, conn, &h.sessionPool.Config().ConnConfig.Config); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return err
 	}
@@ -123,69 +122,6 @@ func (h *heartbeat) connect(ctx context.Context) error {
 		return err
 	}
 	h.conn, h.locked = conn, locked
-	return nil
-}
-
-// ErrNotASession is the liveness connection found not to be a session of
-// its own: its backend changed between two statements, as behind a
-// transaction pooler, where the liveness lock would stay on a server
-// connection other clients use, after the process died.
-var ErrNotASession = errors.New("dispatcher: the liveness connection is not a session of its own (its backend changed between two statements): the pool goes through a transaction pooler; give the dispatcher PollOnly and a SessionPool that is direct or session-pooled (docs/operations.md, \"Behind PgBouncer\")")
-
-// CheckSession reports ErrNotASession when pool's connections are not
-// sessions of their own (a transaction pooler's), as New's dispatcher
-// checks its liveness connection at Start: for a caller to refuse such a
-// pool before it does anything else.
-func CheckSession(ctx context.Context, pool *pgxpool.Pool) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	return checkSession(ctx, conn.Conn(), pool)
-}
-
-// checkSession reports ErrNotASession when conn's statements do not all run
-// on one backend. A transaction begun on another connection of pool in
-// between takes, from a pooler that lends server connections to one
-// transaction at a time, the server connection conn just used (PgBouncer
-// hands out the most recently used first); conn's next statement then runs
-// on another. A direct connection never changes backend, so the check
-// never refuses one. The statements go by the simple protocol: a pooler
-// would lose a prepared one before the check could say why.
-func checkSession(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) error {
-	backend := func(ctx context.Context, c *pgconn.PgConn) (string, error) {
-		res, err := c.Exec(ctx, "SELECT pg_backend_pid()").ReadAll()
-		if err != nil {
-			return "", err
-		}
-		return string(res[0].Rows[0][0]), nil
-	}
-	first, err := backend(ctx, conn.PgConn())
-	if err != nil {
-		return err
-	}
-	other, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer other.Release()
-	if _, err := other.Conn().PgConn().Exec(ctx, "BEGIN; SELECT pg_backend_pid()").ReadAll(); err != nil {
-		return err
-	}
-	// Ended whatever happens: the connection goes back to the pool.
-	defer other.Conn().PgConn().Exec(context.WithoutCancel(ctx), "ROLLBACK").ReadAll() //nolint:errcheck // a broken connection is discarded by the pool
-	// A pooler with a single server connection would make this wait for
-	// the transaction above: bounded, it fails instead.
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	second, err := backend(sctx, conn.PgConn())
-	if err != nil {
-		return fmt.Errorf("error checking the liveness session: %w", err)
-	}
-	if first != second {
-		return ErrNotASession
-	}
 	return nil
 }
 

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +72,22 @@ func TestPgBouncer(t *testing.T) {
 	waitAllTerminal(t, e, "direct", perCaller)
 	stopGracefully(t, direct)
 
+	// What cannot keep outbox's guarantees behind a transaction pooler is
+	// refused at start, in one line, before anything is done.
+	refused := func(want string, extra ...string) {
+		t.Helper()
+		cmd := exec.Command(outboxd(t), "serve")
+		cmd.Env = append(slices.Clone(e.vars), extra...)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "serve started with %v:\n%s", extra, out)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		require.Contains(t, lines[len(lines)-1], want, "%s", out)
+	}
+	refused("DATABASE_URL: its connections are not sessions", "DATABASE_URL="+bouncer.url("outbox_tx"))
+	refused("OUTBOX_SESSION_DATABASE_URL: not set", "DATABASE_URL="+bouncer.url("outbox_tx"), "OUTBOX_POLL_ONLY=true")
+	refused("OUTBOX_SESSION_DATABASE_URL: its connections are not sessions", "DATABASE_URL="+bouncer.url("outbox_tx"),
+		"OUTBOX_POLL_ONLY=true", "OUTBOX_SESSION_DATABASE_URL="+bouncer.url("outbox_tx"))
+
 	// The same through PgBouncer, with the client packages beside them.
 	pooled := e.serve(
 		"DATABASE_URL="+bouncer.url("outbox_tx"),
@@ -128,6 +146,17 @@ func TestPgBouncer(t *testing.T) {
 	cancel()
 	require.NoError(t, err)
 	require.Equal(t, outbox.StateSucceeded, intent.State, "%+v", res.Intent)
+	// And an agent's wait over HTTP: serve's waits listen on the session
+	// database, so the answer comes with the outcome, not at the end of
+	// the wait.
+	httpClient := &http.Client{Timeout: 30 * time.Second}
+	require.Equal(t, http.StatusCreated, agentEnqueue(ctx, httpClient, pooled.addr, "http-wait", "webhook", args("http-wait")).Status)
+	waitStart := time.Now()
+	ans := agentGet(ctx, httpClient, pooled.addr, "http-wait", 20*time.Second)
+	require.NoError(t, ans.Err)
+	require.NotNil(t, ans.Intent, "%+v", ans)
+	require.Equal(t, outbox.StateSucceeded, ans.Intent.State)
+	require.Less(t, time.Since(waitStart), 10*time.Second, "the wait was not woken")
 	require.NotContains(t, pooled.output(), "level=ERROR")
 
 	// Counts: every acknowledged key recorded and succeeded, one delivery
@@ -136,7 +165,7 @@ func TestPgBouncer(t *testing.T) {
 	require.NoError(t, e.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE state = 'succeeded') FROM %s`, e.table("outbox_intent"))).Scan(&intents, &succeeded))
 	for ns, n := range acked {
 		var found int
-		require.NoError(t, e.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE namespace = $1 AND key <> 'go-wait'`, e.table("outbox_intent")), ns).Scan(&found))
+		require.NoError(t, e.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE namespace = $1 AND key NOT IN ('go-wait', 'http-wait')`, e.table("outbox_intent")), ns).Scan(&found))
 		lost += n - found
 	}
 	perKey := map[string]int{}
