@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -95,7 +97,12 @@ func (a *app) migrator(ctx context.Context) (*migrations.Migrator, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkSessions(ctx, cfg, pool, nil); err != nil {
+	// Its lock must be a session's, whichever string gave the pool.
+	checked, sessionPool := pool, (*pgxpool.Pool)(nil)
+	if cfg.SessionDatabaseURL != "" {
+		checked, sessionPool = nil, pool
+	}
+	if err := checkSessions(ctx, cfg, checked, sessionPool); err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
