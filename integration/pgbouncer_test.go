@@ -76,17 +76,17 @@ func TestPgBouncer(t *testing.T) {
 	// refused at start, in one line, before anything is done.
 	refused := func(want string, extra ...string) {
 		t.Helper()
-		cmd := exec.Command(outboxd(t), "serve")
-		cmd.Env = append(slices.Clone(e.vars), extra...)
-		out, err := cmd.CombinedOutput()
-		require.Error(t, err, "serve started with %v:\n%s", extra, out)
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		require.Contains(t, lines[len(lines)-1], want, "%s", out)
+		refusedCmd(t, e, []string{"serve"}, want, extra...)
 	}
 	refused("DATABASE_URL: its connections are not sessions", "DATABASE_URL="+bouncer.url("outbox_tx"))
 	refused("OUTBOX_SESSION_DATABASE_URL: not set", "DATABASE_URL="+bouncer.url("outbox_tx"), "OUTBOX_POLL_ONLY=true")
 	refused("OUTBOX_SESSION_DATABASE_URL: its connections are not sessions", "DATABASE_URL="+bouncer.url("outbox_tx"),
 		"OUTBOX_POLL_ONLY=true", "OUTBOX_SESSION_DATABASE_URL="+bouncer.url("outbox_tx"))
+	// migrate's lock is a session's too; on the session database it runs.
+	refusedCmd(t, e, []string{"migrate", "status"}, "DATABASE_URL: its connections are not sessions", "DATABASE_URL="+bouncer.url("outbox_tx"))
+	out, stderr, code := e.runWith([]string{"DATABASE_URL=" + bouncer.url("outbox_tx"), "OUTBOX_POLL_ONLY=true",
+		"OUTBOX_SESSION_DATABASE_URL=" + bouncer.url("outbox_session")}, "migrate", "up")
+	require.Zero(t, code, "migrate up through PgBouncer: %s%s", out, stderr)
 
 	// The same through PgBouncer, with the client packages beside them.
 	pooled := e.serve(
@@ -194,6 +194,27 @@ func TestPgBouncer(t *testing.T) {
 	require.Zero(t, duplicates, "effects made twice")
 	require.Equal(t, intents, succeeded, "intents not succeeded")
 	require.Equal(t, intents, effects, "one effect per intent")
+}
+
+// refusedCmd runs an outboxd command that must fail at start, its last
+// line containing want.
+func refusedCmd(t *testing.T, e *env, args []string, want string, extra ...string) {
+	t.Helper()
+	cmd := exec.Command(outboxd(t), args...)
+	cmd.Env = append(slices.Clone(e.vars), extra...)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "outboxd %v started with %v:\n%s", args, extra, out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Contains(t, lines[len(lines)-1], want, "%s", out)
+}
+
+// runWith runs an outboxd command with extra variables.
+func (e *env) runWith(extra []string, args ...string) (stdout, stderr string, code int) {
+	e.t.Helper()
+	saved := e.vars
+	e.vars = append(slices.Clone(e.vars), extra...)
+	defer func() { e.vars = saved }()
+	return e.run(args...)
 }
 
 // goCallers enqueues n webhook intents of namespace with EnqueueTx, each in
