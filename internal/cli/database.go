@@ -91,7 +91,7 @@ func connectSession(ctx context.Context, cfg *Config, maxConns int32) (*pgxpool.
 // and PollOnly is not set. On such connections a session advisory lock
 // (liveness, migrations) outlives its process on a server connection
 // others use, and LISTEN hears nothing.
-func checkSessions(ctx context.Context, cfg *Config, pool, sessionPool *pgxpool.Pool) error {
+func checkSessions(ctx context.Context, pool, sessionPool *pgxpool.Pool) error {
 	if sessionPool != nil {
 		if err := dispatcher.CheckSession(ctx, sessionPool); errors.Is(err, dispatcher.ErrNotASession) {
 			return &ConfigError{Var: envName("SessionDatabaseURL"), Message: "its connections are not sessions (they change backend between statements: a transaction pooler's?); expected " + fieldTag("SessionDatabaseURL", "expect")}

@@ -102,7 +102,7 @@ func (a *app) migrator(ctx context.Context) (*migrations.Migrator, func(), error
 	if cfg.SessionDatabaseURL != "" {
 		checked, sessionPool = nil, pool
 	}
-	if err := checkSessions(ctx, cfg, checked, sessionPool); err != nil {
+	if err := checkSessions(ctx, checked, sessionPool); err != nil {
 		pool.Close()
 		return nil, nil, err
 	}

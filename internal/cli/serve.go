@@ -108,7 +108,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	}
 	logger.InfoContext(ctx, "connected to database",
 		"database_url", redactDatabaseURL(cfg.DatabaseURL), "schema", cfg.Schema, "poll_only", cfg.PollOnly)
-	if err := checkSessions(ctx, cfg, pool, sessionPool); err != nil {
+	if err := checkSessions(ctx, pool, sessionPool); err != nil {
 		return err
 	}
 	checkRoleTimeouts(ctx, cfg, pool, logger)
