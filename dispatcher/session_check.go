@@ -22,7 +22,7 @@ var ErrNotASession = errors.New("dispatcher: the liveness connection is not a se
 const sessionProbes = 4
 
 // sessionProbeTimeout bounds each of checkSession's statements.
-const sessionProbeTimeout = 5 * time.Second
+const sessionProbeTimeout = 3 * time.Second
 
 // CheckSession reports ErrNotASession when pool's connections are not
 // sessions of their own (a transaction pooler's), as the dispatcher checks
