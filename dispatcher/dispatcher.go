@@ -116,6 +116,16 @@ type Config struct {
 	// Metrics receives the workers' metrics. Defaults to unregistered ones.
 	Metrics *workers.Metrics
 
+	// PollOnly says that the pool's connections are not sessions of their
+	// own: the pool goes through a transaction pooler (PgBouncer with
+	// pool_mode=transaction), where LISTEN hears nothing and a session
+	// advisory lock stays on a server connection other clients then use.
+	// River then polls for jobs instead of listening (river.Config's
+	// PollOnly, every FetchPollInterval), and what needs a session runs on
+	// SessionPool, which New then requires. Defaults to false
+	// (docs/operations.md, "Behind PgBouncer").
+	PollOnly bool
+
 	// PruneInterval is how often terminal intents past Retention are pruned.
 	// Defaults to PruneIntervalDefault.
 	PruneInterval time.Duration
@@ -131,6 +141,14 @@ type Config struct {
 
 	// Schema holds River's and outbox's tables. Defaults to "outbox".
 	Schema string
+
+	// SessionPool holds what needs a session of its own: the process's
+	// liveness session (a session-level advisory lock held for the
+	// process's life) and the drain's LISTEN connection. A direct
+	// connection or a session-mode pooler, when the dispatcher's pool is a
+	// transaction pooler's (PollOnly); one or two connections. Defaults to
+	// the dispatcher's pool.
+	SessionPool *pgxpool.Pool
 
 	// TracerProvider, when set, makes River's inserts and jobs spans
 	// (rivercontrib/otelriver: river.insert_many, river.work) and each
@@ -239,6 +257,12 @@ func (c *Config) validate() error {
 	}
 	if len(c.Effects.Names()) == 0 {
 		return errors.New("dispatcher: no effect is enabled")
+	}
+	if c.PollOnly && c.SessionPool == nil {
+		// On a pooled connection the liveness lock would outlive the
+		// process on a server connection, and a dead process's jobs would
+		// wait for River's rescuer instead of seconds.
+		return errors.New("dispatcher: PollOnly needs SessionPool: the process's liveness lock and LISTEN need a session of their own, which a transaction pooler does not keep")
 	}
 	return nil
 }
@@ -351,6 +375,10 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		queues[queue] = river.QueueConfig{MaxWorkers: n}
 	}
 	lease := riverworker.Lease(c.EffectTimeout)
+	sessionPool := c.SessionPool
+	if sessionPool == nil {
+		sessionPool = pool
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     c.FetchCooldown,
 		FetchPollInterval: c.FetchPollInterval,
@@ -373,17 +401,19 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 			}, &river.PeriodicJobOpts{RunOnStart: true, ID: "outbox_reconcile"}),
 		},
 		Middleware: riverMiddleware(c.TracerProvider),
-		Queues:     queues,
-		Schema:     c.Schema,
-		Workers:    riverWorkers,
+		// River's notifier LISTENs on a connection of the pool.
+		PollOnly: c.PollOnly,
+		Queues:   queues,
+		Schema:   c.Schema,
+		Workers:  riverWorkers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}
 
 	return &Dispatcher{
-		drainer:   newDrainer(pool, client, &c, intents.MaxAttempts()),
-		heartbeat: newHeartbeat(pool, &c, client.ID()),
+		drainer:   newDrainer(pool, sessionPool, client, &c, intents.MaxAttempts()),
+		heartbeat: newHeartbeat(pool, sessionPool, &c, client.ID()),
 		logger:    c.Logger,
 		pool:      pool,
 		river:     client,

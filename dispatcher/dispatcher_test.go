@@ -485,6 +485,16 @@ func TestDispatcher(t *testing.T) {
 		require.NoError(t, err)
 		_, err = New(b.pool, &Config{Effects: empty})
 		require.ErrorContains(t, err, "no effect is enabled")
+		_, err = New(b.pool, &Config{Effects: b.reg, PollOnly: true})
+		require.ErrorContains(t, err, "PollOnly needs SessionPool")
+	})
+
+	t.Run("CheckSessionDirect", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A direct pool's connections are sessions: never refused (a
+		// transaction pooler's are, in integration's TestPgBouncer).
+		require.NoError(t, CheckSession(context.Background(), b.pool))
 	})
 }
 

@@ -35,15 +35,17 @@ type drainer struct {
 	metrics            *workers.Metrics
 	pollInterval       time.Duration
 	pool               *pgxpool.Pool
-	queries            *intentdb.Queries
-	river              *river.Client[pgx.Tx]
+	// sessionPool holds the LISTEN connection (Config.SessionPool).
+	sessionPool *pgxpool.Pool
+	queries     *intentdb.Queries
+	river       *river.Client[pgx.Tx]
 
 	// beforeCommitFunc, when set by tests, runs inside the drain transaction
 	// after the jobs were inserted and the intents marked, before commit.
 	beforeCommitFunc func(ctx context.Context, tx pgx.Tx) error
 }
 
-func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config, maxAttempts int) *drainer {
+func newDrainer(pool, sessionPool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config, maxAttempts int) *drainer {
 	return &drainer{
 		approvalWebhook:    config.ApprovalWebhook,
 		batchFirstAttempts: !config.DisableBatchFirstAttempts,
@@ -54,6 +56,7 @@ func newDrainer(pool *pgxpool.Pool, client *river.Client[pgx.Tx], config *Config
 		metrics:            config.Metrics,
 		pollInterval:       config.DrainPollInterval,
 		pool:               pool,
+		sessionPool:        sessionPool,
 		queries:            intentdb.New(config.Schema),
 		river:              client,
 	}
@@ -391,7 +394,7 @@ const (
 // drain cause exactly one more drain. A broken connection is replaced, and
 // the poll covers the gap.
 func (d *drainer) listen(ctx context.Context, wake chan<- struct{}) {
-	intentdb.Listen(ctx, d.pool, &intentdb.ListenerConfig{
+	intentdb.Listen(ctx, d.sessionPool, &intentdb.ListenerConfig{
 		Channel: intentdb.ChannelPending(d.queries.Schema()),
 		// Anything committed before LISTEN took effect is found by this
 		// wake-up's drain.

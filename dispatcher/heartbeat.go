@@ -57,6 +57,8 @@ type heartbeat struct {
 	logger   *slog.Logger
 	pool     *pgxpool.Pool
 	queries  *intentdb.Queries
+	// sessionPool gives the liveness session (Config.SessionPool).
+	sessionPool *pgxpool.Pool
 	// rescued counts the jobs rescued in committed transactions
 	// (outbox_jobs_rescued_total).
 	rescued prometheus.Counter
@@ -68,7 +70,7 @@ type heartbeat struct {
 	beats  int
 }
 
-func newHeartbeat(pool *pgxpool.Pool, c *Config, clientID string) *heartbeat {
+func newHeartbeat(pool, sessionPool *pgxpool.Pool, c *Config, clientID string) *heartbeat {
 	metrics := c.Metrics
 	if metrics == nil {
 		metrics = workers.NewMetrics(nil)
@@ -79,12 +81,13 @@ func newHeartbeat(pool *pgxpool.Pool, c *Config, clientID string) *heartbeat {
 		// Two beats: a live process that lost its session (PostgreSQL
 		// ended it, a network blip) has opened a new one and taken its
 		// lock again well within that.
-		grace:    2 * c.HeartbeatInterval,
-		interval: c.HeartbeatInterval,
-		logger:   c.Logger,
-		rescued:  metrics.Rescued,
-		pool:     pool,
-		queries:  intentdb.New(c.Schema),
+		grace:       2 * c.HeartbeatInterval,
+		interval:    c.HeartbeatInterval,
+		logger:      c.Logger,
+		rescued:     metrics.Rescued,
+		pool:        pool,
+		queries:     intentdb.New(c.Schema),
+		sessionPool: sessionPool,
 	}
 }
 
@@ -101,13 +104,17 @@ func (h *heartbeat) start(ctx context.Context) error {
 
 // connect opens the liveness session and registers on it.
 func (h *heartbeat) connect(ctx context.Context) error {
-	pc, err := h.pool.Acquire(ctx)
+	pc, err := h.sessionPool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	// Out of the pool: the session must stay this process's own for its
 	// whole life, never be closed as idle nor lent to a statement.
 	conn := pc.Hijack()
+	if err := checkSession(ctx, conn, &h.sessionPool.Config().ConnConfig.Config); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return err
+	}
 	hostname, _ := os.Hostname()
 	locked, err := h.queries.RegisterProcess(ctx, conn, h.clientID, hostname, os.Getpid())
 	if err != nil {

@@ -89,7 +89,7 @@ func TestHeartbeatRescuesDeadProcessesJobs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			counts[i], errs[i] = newHeartbeat(b.pool, config, fmt.Sprintf("replica-%d", i)).rescue(ctx)
+			counts[i], errs[i] = newHeartbeat(b.pool, b.pool, config, fmt.Sprintf("replica-%d", i)).rescue(ctx)
 		}()
 	}
 	wg.Wait()
@@ -123,7 +123,7 @@ func TestHeartbeatRescuesDeadProcessesJobs(t *testing.T) {
 
 	// The paused process resumes and beats: still alive, nothing to do.
 	require.NoError(t, queries.Heartbeat(ctx, paused, "paused"))
-	n, err := newHeartbeat(b.pool, config, "replica-0").rescue(ctx)
+	n, err := newHeartbeat(b.pool, b.pool, config, "replica-0").rescue(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

@@ -34,13 +34,70 @@ var restoreEffects = []string{"charge", "ticket", "email"}
 // agents' retries of the intents the restore lost.
 func TestRestoreFromBackup(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	archive, err := pgcluster.MakeArchiveDir()
+	runRestoreFromBackup(t, &baseBackupMethod{})
+}
+
+// restoreMethod is how runRestoreFromBackup's cluster is backed up and
+// restored: pg_basebackup with WAL copied by archive_command
+// (baseBackupMethod), or pgBackRest (pgBackRestMethod).
+type restoreMethod interface {
+	// name is the method, for the figure line.
+	name() string
+	// archiveSettings are the primary's settings that archive its WAL.
+	archiveSettings(t *testing.T) []string
+	// prepare runs once the primary runs and its schema is migrated,
+	// before any intent.
+	prepare(t *testing.T, primary *pgcluster.Cluster)
+	// backup runs while the first intents run, before the restore point.
+	backup(t *testing.T, primary *pgcluster.Cluster) error
+	// restore returns the i-th cluster restored to point, started, once
+	// the primary is stopped.
+	restore(t *testing.T, i int, primary *pgcluster.Cluster, point time.Time) *pgcluster.Cluster
+}
+
+// baseBackupMethod is pg_basebackup's copy, taken before any intent, and
+// WAL copied into a directory by archive_command, replayed to
+// recovery_target_time by restore_command.
+type baseBackupMethod struct {
+	archive string
+	backups []*pgcluster.Cluster
+}
+
+func (m *baseBackupMethod) name() string { return "pg_basebackup" }
+
+func (m *baseBackupMethod) archiveSettings(t *testing.T) []string {
+	var err error
+	m.archive, err = pgcluster.MakeArchiveDir()
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(archive) })
-	primary, err := pgcluster.Start(ctx, &pgcluster.Config{CrashSafe: true, Settings: []string{
-		"archive_mode=on", "archive_command=cp %p " + archive + "/%f",
-	}})
+	t.Cleanup(func() { _ = os.RemoveAll(m.archive) })
+	return []string{"archive_mode=on", "archive_command=cp %p " + m.archive + "/%f"}
+}
+
+func (m *baseBackupMethod) prepare(t *testing.T, primary *pgcluster.Cluster) {
+	// Two copies of one moment, one for each restore.
+	for range 2 {
+		b, err := primary.BaseBackup(context.Background())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Stop(context.Background()) })
+		m.backups = append(m.backups, b)
+	}
+}
+
+func (m *baseBackupMethod) backup(*testing.T, *pgcluster.Cluster) error { return nil }
+
+func (m *baseBackupMethod) restore(t *testing.T, i int, _ *pgcluster.Cluster, point time.Time) *pgcluster.Cluster {
+	b := m.backups[i]
+	require.NoError(t, b.StartRecovery(context.Background(),
+		"restore_command=cp "+m.archive+"/%f %p",
+		"recovery_target_time="+point.UTC().Format("2006-01-02 15:04:05.999999")+"+00"))
+	return b
+}
+
+// runRestoreFromBackup is TestRestoreFromBackup with method's backup and
+// restore.
+func runRestoreFromBackup(t *testing.T, method restoreMethod) {
+	ctx := context.Background()
+	primary, err := pgcluster.Start(ctx, &pgcluster.Config{CrashSafe: true, Settings: method.archiveSettings(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = primary.Stop(context.Background()) })
 	const schema = "outbox"
@@ -51,14 +108,7 @@ func TestRestoreFromBackup(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Up(ctx)
 	require.NoError(t, err)
-	// Two copies of one moment, one for each restore.
-	var backups []*pgcluster.Cluster
-	for range 2 {
-		b, err := primary.BaseBackup(ctx)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = b.Stop(context.Background()) })
-		backups = append(backups, b)
-	}
+	method.prepare(t, primary)
 
 	sb, err := sandbox.Start(&sandbox.Config{StripeAPIKey: "sk_test_integration", ZendeskEmail: "agent@example.com", ZendeskToken: "zendesk-token"})
 	require.NoError(t, err)
@@ -97,13 +147,29 @@ func TestRestoreFromBackup(t *testing.T) {
 		}
 		return keys
 	}
-	// Before the restore point: ended.
+	// Before the restore point: ended, while the backup is taken.
+	backedUp := make(chan error, 1)
+	go func() { backedUp <- method.backup(t, primary) }()
 	server := e.serve()
 	ended := enqueueAll("ended", 3)
 	for _, key := range ended {
 		require.Equal(t, outbox.StateSucceeded, e.waitIntent(t, key, 60*time.Second).State)
 	}
+	require.NoError(t, <-backedUp)
 	stopGracefully(t, server)
+	// A restored sequence resumes from the value last written to WAL, up
+	// to 32 past its last id, and where that falls depends on where the
+	// last checkpoint fell: a backup taken while intents run puts one
+	// anywhere. A checkpoint here, then an id taken (as a rolled-back
+	// enqueue takes one), make it the same in every run, whatever the
+	// method: the restored sequence resumes 32 past the restore point's
+	// last id. (After exactly 33 ids since a checkpoint it would resume at
+	// the last one, and the agents' retries below, in the same order, would
+	// get the very ids, and so provider keys, of the intents they retry.)
+	_, err = pool.Exec(ctx, `CHECKPOINT`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `SELECT nextval(pg_get_serial_sequence('outbox.outbox_intent', 'id'))`)
+	require.NoError(t, err)
 	// Recorded before the restore point, with no serve running: pending
 	// there, sent after it.
 	sentAfter := enqueueAll("sent-after", 10)
@@ -158,11 +224,9 @@ func TestRestoreFromBackup(t *testing.T) {
 	require.NoError(t, primary.Stop(ctx))
 
 	standIns := map[string]standIn{"charge": sb.Stripe, "ticket": sb.Zendesk, "email": sb.SMTP}
-	run := func(b *pgcluster.Cluster, recover bool) string {
+	run := func(i int, recover bool) string {
 		start := time.Now()
-		require.NoError(t, b.StartRecovery(ctx,
-			"restore_command=cp "+archive+"/%f %p",
-			"recovery_target_time="+restorePoint.UTC().Format("2006-01-02 15:04:05.999999")+"+00"))
+		b := method.restore(t, i, primary, restorePoint)
 		restoredIn := time.Since(start)
 		rpool, err := pgxpool.New(ctx, b.URL())
 		require.NoError(t, err)
@@ -251,8 +315,8 @@ func TestRestoreFromBackup(t *testing.T) {
 		if recover {
 			label = "with recover"
 		}
-		t.Logf("TestRestoreFromBackup %s: restored in %s; intents at the restore point %d (%d pending, sent after it); effects made again: charge %d, ticket %d, email %d (requests: charge %d, ticket %d, email %d, retries of lost keys included); charges past Stripe's window sent again under their old key %d of %d; states %v; agents' retries of %d lost keys: ids handed out again %d, provider keys seen before %d; %s",
-			label, restoredIn.Round(10*time.Millisecond), len(ended)+len(sentAfter), len(sentAfter), again["charge"], again["ticket"], again["email"],
+		t.Logf("%s (%s) %s: restored in %s; intents at the restore point %d (%d pending, sent after it); effects made again: charge %d, ticket %d, email %d (requests: charge %d, ticket %d, email %d, retries of lost keys included); charges past Stripe's window sent again under their old key %d of %d; states %v; agents' retries of %d lost keys: ids handed out again %d, provider keys seen before %d; %s",
+			t.Name(), method.name(), label, restoredIn.Round(10*time.Millisecond), len(ended)+len(sentAfter), len(sentAfter), again["charge"], again["ticket"], again["email"],
 			resent["charge"], resent["ticket"], resent["email"], pastWindowResent, len(pastWindow), states, len(createdAfter), idsAgain, keysAgain, recovered)
 		if recover {
 			require.Zero(t, again["charge"]+again["ticket"]+again["email"], "effects made again after outboxd recover")
@@ -268,8 +332,8 @@ func TestRestoreFromBackup(t *testing.T) {
 		require.Zero(t, keysAgain, "a provider key the providers saw, handed to a new intent")
 		return label
 	}
-	run(backups[0], false)
-	run(backups[1], true)
+	run(0, false)
+	run(1, true)
 }
 
 // restoreEnv is an env for serve on url's schema outbox, with sb's Stripe,

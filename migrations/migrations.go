@@ -227,15 +227,17 @@ func (m *Migrator) withLock(ctx context.Context, createSchema bool, fn func(s *s
 	defer conn.Release()
 
 	// Migrations wait as long as they must, for the lock and for their
-	// statements, whatever timeouts the pool's sessions start with (those
+	// statements, whatever timeouts the pool's sessions begin with (those
 	// internal/dbutil.SetSessionTimeouts sets, when a process migrates at
 	// start): a replica queued behind another's migration, or an index
-	// built on a large table, is not stuck. RESET gives the connection its
-	// startup values back before it returns to the pool.
-	if _, err := conn.Exec(ctx, "SELECT set_config('statement_timeout', '0', false), set_config('lock_timeout', '0', false)"); err != nil {
+	// built on a large table, is not stuck. The connection gets its values
+	// back before it returns to the pool (set after connecting, they are
+	// not what RESET would restore).
+	var statementTimeout, lockTimeout string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), set_config('statement_timeout', '0', false), set_config('lock_timeout', '0', false)").Scan(&statementTimeout, &lockTimeout, nil, nil); err != nil {
 		return fmt.Errorf("error clearing timeouts for migrations: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "RESET statement_timeout; RESET lock_timeout") //nolint:errcheck // a broken connection is discarded by the pool
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $2, false)", statementTimeout, lockTimeout) //nolint:errcheck // a broken connection is discarded by the pool
 
 	h := fnv.New64a()
 	h.Write([]byte("outbox.migrate:" + m.schema))

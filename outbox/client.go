@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgerrcode"
@@ -73,10 +74,28 @@ type Config struct {
 	// discards.
 	Logger *slog.Logger
 
+	// PollOnly says that the pool's connections are not sessions of their
+	// own (a transaction pooler, PgBouncer with pool_mode=transaction),
+	// where a LISTEN hears nothing: Wait then reads the intent again every
+	// WaitPollInterval instead, unless SessionPool is set. EnqueueTx and
+	// the other operations need no session and are the same either way.
+	// Defaults to false (docs/operations.md, "Behind PgBouncer").
+	PollOnly bool
+
 	// Schema is the schema holding the outbox tables. Defaults to
 	// SchemaDefault.
 	Schema string
+
+	// SessionPool, when set, holds the one LISTEN connection Wait shares,
+	// instead of the client's pool: a direct connection or a session-mode
+	// pooler, when the client's pool goes through a transaction pooler.
+	// Defaults to the client's pool.
+	SessionPool *pgxpool.Pool
 }
+
+// WaitPollInterval is how often Wait reads an intent again when it cannot
+// listen (Config.PollOnly without a SessionPool).
+const WaitPollInterval = 250 * time.Millisecond
 
 // Client enqueues, reads and resolves intents. It is safe for concurrent use.
 type Client struct {
@@ -89,8 +108,10 @@ type Client struct {
 	observer  func(effect string, outcome EnqueueOutcome)
 	logger    *slog.Logger
 	pool      *pgxpool.Pool
-	queries   *intentdb.Queries
-	schema    string
+	// listenPool holds the waits' LISTEN connection; nil when Wait polls.
+	listenPool *pgxpool.Pool
+	queries    *intentdb.Queries
+	schema     string
 }
 
 // NewClient returns a client. pool serves waits and the operations without
@@ -116,6 +137,12 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	}
 	if c.schema == "" {
 		c.schema = SchemaDefault
+	}
+	switch {
+	case config.SessionPool != nil:
+		c.listenPool = config.SessionPool
+	case !config.PollOnly:
+		c.listenPool = pool
 	}
 	c.queries = intentdb.New(c.schema)
 	c.group.run = c.runGroup

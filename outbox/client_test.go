@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/testdb"
@@ -759,6 +760,38 @@ func TestWait(t *testing.T) {
 		_, err := b.client.Wait(ctx, "", "missing")
 		require.True(t, errors.Is(err, outbox.ErrNotFound))
 	})
+}
+
+// A client that cannot listen (its pool behind a transaction pooler) reads
+// the intent again every WaitPollInterval, and opens no LISTEN connection.
+func TestWaitPollOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	client, err := outbox.NewClient(b.pool, &outbox.Config{PollOnly: true, Schema: b.schema})
+	require.NoError(t, err)
+	_, err = b.enqueue(t, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	done := make(chan *outbox.Intent, 1)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() {
+		i, err := client.Wait(waitCtx, "", "k")
+		assert.NoError(t, err)
+		done <- i
+	}()
+	time.Sleep(2 * outbox.WaitPollInterval)
+	require.Zero(t, b.listeners(t), "a poll-only client listened")
+	cancelled := time.Now()
+	_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "k"})
+	require.NoError(t, err)
+	select {
+	case i := <-done:
+		require.Equal(t, outbox.StateCancelled, i.State)
+		require.Less(t, time.Since(cancelled), 10*outbox.WaitPollInterval)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not see the state change")
+	}
 }
 
 // The enqueue's fast path cannot see a row committed by a concurrent

@@ -91,7 +91,7 @@ func (n *notifier) wake(ids []int64) {
 
 func (n *notifier) run(ctx context.Context, ready chan struct{}) {
 	readyClosed := false
-	intentdb.Listen(ctx, n.client.pool, &intentdb.ListenerConfig{
+	intentdb.Listen(ctx, n.client.listenPool, &intentdb.ListenerConfig{
 		Channel: intentdb.ChannelChanged(n.client.schema),
 		ListeningFunc: func() {
 			if !readyClosed {

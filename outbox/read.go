@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -134,7 +135,8 @@ func (c *Client) ListTx(ctx context.Context, tx Executor, params *ListParams) (*
 // awaits approval returns when that ends (approved, so pending; or denied,
 // expired or cancelled). It is woken by the notification each state change
 // fires, on one LISTEN connection that all of the client's waits share, and
-// never polls. When ctx ends first, it returns the intent as it last read
+// never polls, unless the client cannot listen (Config.PollOnly without a
+// SessionPool: it then reads every WaitPollInterval). When ctx ends first, it returns the intent as it last read
 // it together with ctx's error.
 func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, error) {
 	// Most waits are for intents that are already terminal.
@@ -147,6 +149,20 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 		return i.State.Terminal() || (i.State == StateAwaitingApproval) != awaiting
 	}
 
+	if c.listenPool == nil {
+		ticker := time.NewTicker(WaitPollInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ticker.C:
+			case <-ctx.Done():
+				return intent, ctx.Err()
+			}
+			if intent, err = c.reread(ctx, c.pool, intent); err != nil || done(intent) {
+				return intent, err
+			}
+		}
+	}
 	sub, ready, unsubscribe := c.notifier.subscribe(intent.ID)
 	defer unsubscribe()
 	select {

@@ -128,6 +128,16 @@ type Config struct {
 	// default.
 	Namespace string `env:"OUTBOX_NAMESPACE, default=default" expect:"a namespace of 1 to 64 printable ASCII characters without spaces" help:"namespace the command line acts for"`
 
+	// PollOnly says that DATABASE_URL goes through a transaction pooler
+	// (PgBouncer with pool_mode=transaction), whose connections are not
+	// sessions: River polls for jobs instead of listening, pgx sends no
+	// named prepared statement (default_query_exec_mode=exec unless the URL
+	// names another), the statement and lock timeouts are left to the
+	// role's settings, and serve and migrate hold what needs a session on
+	// SessionDatabaseURL, which they then require. Defaults to false
+	// (docs/operations.md, "Behind PgBouncer").
+	PollOnly bool `env:"OUTBOX_POLL_ONLY, default=false" expect:"true or false" help:"DATABASE_URL is a transaction pooler's (PgBouncer pool_mode=transaction): River polls, no named prepared statements, timeouts from the role; serve and migrate need OUTBOX_SESSION_DATABASE_URL"`
+
 	// RateLimit bounds each API token's enqueues over HTTP and /mcp,
 	// "rps[:burst]". Defaults to off.
 	RateLimit string `env:"OUTBOX_RATE_LIMIT" expect:"rps[:burst], such as 10 or 0.5:5, or off" help:"per-token enqueue rate over HTTP and /mcp (rps[:burst]); beyond it, 429 rate_limited with Retry-After"`
@@ -139,6 +149,13 @@ type Config struct {
 	// Retention is how long terminal intents, and so their keys, are kept.
 	// Defaults to 168h.
 	Retention time.Duration `env:"OUTBOX_RETENTION, default=168h" expect:"a positive duration such as 168h" help:"how long terminal intents (and so their keys) are kept"`
+
+	// SessionDatabaseURL is where serve and migrate hold what needs a
+	// session of its own: the process's liveness lock, the LISTEN
+	// connections of the drain and of the waits, and the migrations' lock.
+	// A direct connection or a session-mode pooler's; required with
+	// PollOnly by serve and migrate. Defaults to DATABASE_URL.
+	SessionDatabaseURL string `env:"OUTBOX_SESSION_DATABASE_URL" secret:"true" expect:"a Postgres connection string, direct or through a session-mode pooler" help:"connection string for what needs a session (liveness lock, LISTEN, migrations) when DATABASE_URL is a transaction pooler's (OUTBOX_POLL_ONLY)"`
 
 	// StateKey is the key that derives MCP task ids and seals requestState
 	// (approvals in the host), 32 bytes in base64; every replica needs the
@@ -244,9 +261,11 @@ type Config struct {
 	approvalRules []outbox.ApprovalRule
 	logLevel      slog.Level
 	poolConfig    *pgxpool.Config
-	rateLimit     httpapi.RateLimit
-	tokens        []access.Token
-	webhooks      []webhook.Endpoint
+	// sessionPoolConfig is SessionDatabaseURL's, nil when unset.
+	sessionPoolConfig *pgxpool.Config
+	rateLimit         httpapi.RateLimit
+	tokens            []access.Token
+	webhooks          []webhook.Endpoint
 }
 
 // Defaults of outboxd's own settings; every other setting's default is a

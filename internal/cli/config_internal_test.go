@@ -46,6 +46,7 @@ func TestEnvDefaults(t *testing.T) {
 		"MaxWaits":           httpapi.MaxWaitsDefault,
 		"ModelKeyGuard":      string(keyguard.ModeDefault),
 		"Namespace":          outbox.NamespaceDefault,
+		"PollOnly":           dispatcher.Config{}.PollOnly,
 		"ReconcileInterval":  workers.ReconcileIntervalDefault,
 		"Retention":          workers.RetentionDefault,
 		"Sandbox":            off,

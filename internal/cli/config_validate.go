@@ -26,10 +26,13 @@ var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // validate checks what go-envconfig's decoding does not: ranges, enums and
 // formats.
 func (c *Config) validate(lookuper envconfig.Lookuper) error {
-	var dbErr, levelErr, rateErr error
-	c.poolConfig = nil
+	var dbErr, sessionErr, levelErr, rateErr error
+	c.poolConfig, c.sessionPoolConfig = nil, nil
 	if c.DatabaseURL != "" {
 		c.poolConfig, dbErr = parseDatabaseURL(c.DatabaseURL)
+	}
+	if c.SessionDatabaseURL != "" {
+		c.sessionPoolConfig, sessionErr = parseDatabaseURL(c.SessionDatabaseURL)
 	}
 	c.logLevel, levelErr = parseLevel(c.LogLevel)
 	c.rateLimit, rateErr = ParseRateLimit(c.RateLimit)
@@ -61,6 +64,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"ReconcileInterval", c.ReconcileInterval > 0},
 		{"Retention", c.Retention > 0},
 		{"Schema", schemaRE.MatchString(c.Schema)},
+		{"SessionDatabaseURL", sessionErr == nil},
 		{"SMTPAddr", c.SMTPAddr == "" || validHostPort(c.SMTPAddr)},
 		{"SMTPFrom", c.SMTPFrom == "" || validEmail(c.SMTPFrom)},
 		{"SMTPTLS", c.SMTPTLS == "starttls" || c.SMTPTLS == "tls" || c.SMTPTLS == "none"},

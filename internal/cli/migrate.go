@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-dev/outbox/migrations"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -86,8 +88,22 @@ func (a *app) migrator(ctx context.Context) (*migrations.Migrator, func(), error
 	// (the Migrator lifts them on its own session in serve too).
 	noTimeouts := *cfg
 	noTimeouts.StatementTimeout, noTimeouts.LockTimeout = 0, 0
-	pool, err := connect(ctx, &noTimeouts, 0)
+	// The migrations' lock is a session's: behind a transaction pooler
+	// they run on the session connection string (connectSession).
+	pool, err := connectSession(ctx, &noTimeouts, 0)
+	if err == nil && pool == nil {
+		pool, err = connect(ctx, &noTimeouts, 0)
+	}
 	if err != nil {
+		return nil, nil, err
+	}
+	// Its lock must be a session's, whichever string gave the pool.
+	checked, sessionPool := pool, (*pgxpool.Pool)(nil)
+	if cfg.SessionDatabaseURL != "" {
+		checked, sessionPool = nil, pool
+	}
+	if err := checkSessions(ctx, checked, sessionPool); err != nil {
+		pool.Close()
 		return nil, nil, err
 	}
 	migrator, err := migrations.New(pool, cfg.Schema)

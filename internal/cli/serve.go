@@ -98,10 +98,27 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	// The liveness session, two LISTEN connections (the drain's, the
+	// waits') and a migration's.
+	sessionPool, err := connectSession(ctx, cfg, 4)
+	if err != nil {
+		return err
+	}
+	if sessionPool != nil {
+		defer sessionPool.Close()
+	}
 	logger.InfoContext(ctx, "connected to database",
-		"database_url", redactDatabaseURL(cfg.DatabaseURL), "schema", cfg.Schema)
+		"database_url", redactDatabaseURL(cfg.DatabaseURL), "schema", cfg.Schema, "poll_only", cfg.PollOnly)
+	if err := checkSessions(ctx, pool, sessionPool); err != nil {
+		return err
+	}
+	checkRoleTimeouts(ctx, cfg, pool, logger)
 
-	if err := checkMigrations(ctx, cfg, pool, logger); err != nil {
+	migrationPool := pool
+	if sessionPool != nil {
+		migrationPool = sessionPool
+	}
+	if err := checkMigrations(ctx, cfg, migrationPool, logger); err != nil {
 		return err
 	}
 
@@ -127,6 +144,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		logger.WarnContext(ctx, "serving without API tokens (OUTBOX_ALLOW_NO_AUTH=true): anything on this machine can use the API and /mcp as operator of namespace default")
 	}
 	dcfg := daemonConfig(cfg, set, logger)
+	dcfg.Dispatcher.SessionPool = sessionPool
 	if tracerProvider.Enabled {
 		dcfg.TracerProvider = tracerProvider
 	}
@@ -177,6 +195,7 @@ func daemonConfig(cfg *Config, set *effectset.Set, logger *slog.Logger) *daemon.
 			EffectTimeout:             cfg.EffectTimeout,
 			HeartbeatInterval:         cfg.HeartbeatInterval,
 			MaxAttempts:               cfg.MaxAttempts,
+			PollOnly:                  cfg.PollOnly,
 			ReconcileInterval:         cfg.ReconcileInterval,
 			Retention:                 cfg.Retention,
 			Workers:                   cfg.Workers,

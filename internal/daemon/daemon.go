@@ -230,7 +230,10 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 		EnqueueObserverFunc: d.metrics.enqueues.Observe,
 		Effects:             c.Effects,
 		Logger:              c.Logger,
-		Schema:              c.Schema,
+		// The waits listen where the drain does.
+		PollOnly:    c.Dispatcher.PollOnly,
+		Schema:      c.Schema,
+		SessionPool: c.Dispatcher.SessionPool,
 	}); err != nil {
 		return nil, err
 	}

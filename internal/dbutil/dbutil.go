@@ -6,9 +6,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Beginner begins transactions: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
@@ -55,16 +57,42 @@ const (
 	LockTimeoutDefault = 10 * time.Second
 )
 
-// SetSessionTimeouts makes every connection made with config start with
-// statement_timeout and lock_timeout (0 leaves the server's setting). They
-// are startup parameters, so they hold for the whole session, whatever
-// runs on it (River's own queries included); a transaction may still
-// change them for itself with SET LOCAL.
-func SetSessionTimeouts(config *pgx.ConnConfig, statement, lock time.Duration) {
+// SetSessionTimeouts makes every connection of the pool made with config
+// begin its session with statement_timeout and lock_timeout (0 leaves the
+// server's setting). They are set by a statement right after connecting,
+// not as startup parameters: a pooler (PgBouncer, in any pool mode) refuses
+// a startup parameter it does not know and closes the connection. They hold
+// for the whole session, whatever runs on it (River's own queries included);
+// a transaction may still change them for itself with SET LOCAL.
+//
+// Behind a transaction pooler a session is not the client's, and a SET would
+// stay on whichever server connection ran it: there the timeouts belong to
+// the role (ALTER ROLE ... SET, docs/operations.md "Behind PgBouncer"), and
+// callers do not call this.
+func SetSessionTimeouts(config *pgxpool.Config, statement, lock time.Duration) {
+	var sets []string
 	if statement > 0 {
-		config.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, statement.Milliseconds()), 10)
+		sets = append(sets, "set_config('statement_timeout', '"+strconv.FormatInt(max(1, statement.Milliseconds()), 10)+"', false)")
 	}
 	if lock > 0 {
-		config.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(1, lock.Milliseconds()), 10)
+		sets = append(sets, "set_config('lock_timeout', '"+strconv.FormatInt(max(1, lock.Milliseconds()), 10)+"', false)")
+	}
+	if len(sets) == 0 {
+		return
+	}
+	sql := "SELECT " + strings.Join(sets, ", ")
+	afterConnect := config.AfterConnect
+	config.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if afterConnect != nil {
+			if err := afterConnect(ctx, conn); err != nil {
+				return err
+			}
+		}
+		// No arguments: one simple-protocol round trip, whatever the
+		// connection's exec mode.
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("error setting the session's timeouts: %w", err)
+		}
+		return nil
 	}
 }

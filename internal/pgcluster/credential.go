@@ -89,10 +89,11 @@ func checkTraversable(dir string, uid, gid int) error {
 	return nil
 }
 
-// postgresCredential returns the credential to run PostgreSQL binaries with:
+// PostgresCredential returns the credential to run PostgreSQL binaries with:
 // nil when not running as root, and the "postgres" user otherwise, because
-// initdb, pg_ctl, and the server all refuse to run as root.
-func postgresCredential() (*syscall.Credential, error) {
+// initdb, pg_ctl, and the server all refuse to run as root (as do
+// PgBouncer, Patroni and pgBackRest, which the integration tests start).
+func PostgresCredential() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}

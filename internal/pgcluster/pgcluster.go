@@ -106,7 +106,7 @@ func Start(ctx context.Context, config *Config) (*Cluster, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 
-	credential, err := postgresCredential()
+	credential, err := PostgresCredential()
 	if err != nil {
 		return nil, err
 	}

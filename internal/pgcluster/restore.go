@@ -21,7 +21,7 @@ func MakeArchiveDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("error creating archive directory: %w", err)
 	}
-	credential, err := postgresCredential()
+	credential, err := PostgresCredential()
 	if err != nil {
 		return "", err
 	}
@@ -64,6 +64,51 @@ func (c *Cluster) BaseBackup(ctx context.Context) (*Cluster, error) {
 	}
 	return b, nil
 }
+
+// NewRestoreTarget returns a cluster like c, not started, whose data
+// directory (DataDir) does not exist yet: for a restore tool such as
+// pgBackRest to create, as the user the binaries run as. Start it with
+// StartRecovery; Stop removes it either way.
+func (c *Cluster) NewRestoreTarget() (*Cluster, error) {
+	dir, err := os.MkdirTemp("", "pgcluster-")
+	if err != nil {
+		return nil, fmt.Errorf("error creating cluster directory: %w", err)
+	}
+	binDir := c.binDir
+	if real, err := filepath.EvalSymlinks(filepath.Join(c.binDir, "pg_ctl")); err == nil {
+		binDir = filepath.Dir(real)
+	}
+	b := &Cluster{
+		binDir:     binDir,
+		credential: c.credential,
+		dataDir:    filepath.Join(dir, "data"),
+		dir:        dir,
+		logger:     c.logger,
+		crashSafe:  c.crashSafe,
+	}
+	err = func() error {
+		if b.credential != nil {
+			if err := b.prepareDirForCredential(); err != nil {
+				return err
+			}
+		}
+		return b.startWatchdog()
+	}()
+	if err != nil {
+		if stopErr := b.Stop(context.WithoutCancel(context.Background())); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("error cleaning up: %w", stopErr))
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// DataDir is the cluster's data directory.
+func (c *Cluster) DataDir() string { return c.dataDir }
+
+// SocketPort is the port number of the cluster's Unix socket (in
+// SocketDir), for tools that take a directory and a port.
+const SocketPort = socketPort
 
 // StartRecovery starts a cluster made by BaseBackup as a point-in-time
 // recovery: recovery.signal, then the server with settings (a

@@ -184,10 +184,14 @@ async function run(tx: Executor, schema: string, values: unknown[][]): Promise<R
     // so it takes the args as values, not as JSON text.
     const v = [...values];
     v[3] = values[3].map((s) => JSON.parse(s as string));
-    return (await tx.unsafe(text, v as any[], { prepare: true })) as Row[];
+    // Unnamed: a named statement stays on the server connection that
+    // prepared it, which a transaction pooler (PgBouncer before 1.21) then
+    // lends to another client, or does not give this one next time.
+    return (await tx.unsafe(text, v as any[], { prepare: false })) as Row[];
   }
-  // Named: node-postgres prepares it once per connection.
-  const res = await (tx as PgQueryable).query({ name: `outbox_enqueue_many_${schema}`, text, values });
+  // Unnamed, for the same reason: node-postgres prepares a query only
+  // when it is given a name.
+  const res = await (tx as PgQueryable).query({ text, values });
   return res.rows as Row[];
 }
 

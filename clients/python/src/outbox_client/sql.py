@@ -195,9 +195,12 @@ def enqueue_many(conn: Any, items: Iterable[Mapping[str, Any]], *, namespace: st
     statement = _statement(schema, "pyformat", len(items) == 1)
     params = _params(items, namespace)
     try:
-        # Prepared once per connection: the statement is the same every time.
-        cur = conn.execute(statement, params, prepare=True) if isinstance(conn, psycopg.Connection) \
-            else conn.execute(statement, params)
+        # Never prepared by name, whatever the connection's
+        # prepare_threshold: a named statement stays on the server
+        # connection that prepared it, which a transaction pooler (PgBouncer
+        # before 1.21) lends to another client, or does not give this one
+        # next time ("prepared statement "_pg3_0" already exists").
+        cur = conn.execute(statement, params, prepare=False)
         rows = cur.fetchall()
     except psycopg.Error as e:
         mapped = from_database(e)
@@ -227,10 +230,8 @@ async def enqueue_many_async(conn: Any, items: Iterable[Mapping[str, Any]], *, n
     statement = _statement(schema, "pyformat", len(items) == 1)
     params = _params(items, namespace)
     try:
-        if isinstance(conn, psycopg.AsyncConnection):
-            cur = await conn.execute(statement, params, prepare=True)
-        else:
-            cur = await conn.execute(statement, params)
+        # Never prepared by name (see enqueue_many).
+        cur = await conn.execute(statement, params, prepare=False)
         rows = await cur.fetchall()
     except psycopg.Error as e:
         mapped = from_database(e)
