@@ -349,30 +349,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 			return nil, err
 		}
 	}
-	queues := map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}
-	// A queue is an effect's own, or shared by effects that say so
-	// (effects.Queuer: an MCP upstream's tools), never both.
-	type queueUse struct {
-		effect string
-		shared bool
-	}
-	uses := map[string]queueUse{QueueMaintenance: {effect: "the maintenance jobs"}}
-	for _, name := range c.Effects.Names() {
-		e, _ := c.Effects.Get(name)
-		queue := effects.QueueOf(e)
-		_, shared := e.(effects.Queuer)
-		if prev, taken := uses[queue]; taken && !(shared && prev.shared) {
-			return nil, fmt.Errorf("dispatcher: River queue %q would run both %s and %s: rename one", queue, prev.effect, name)
-		}
-		uses[queue] = queueUse{effect: name, shared: shared}
-		n := c.Workers
-		// An MCP upstream's tools take as many calls at once as its
-		// children or sessions do (processes x max_in_flight): more
-		// workers would only wait for a slot, and time out not_sent.
-		if sized, ok := e.(effects.QueueSizer); ok && sized.Workers() > 0 {
-			n = sized.Workers()
-		}
-		queues[queue] = river.QueueConfig{MaxWorkers: n}
+	queues, err := effectQueues(c.Effects, c.Workers)
+	if err != nil {
+		return nil, err
 	}
 	lease := riverworker.Lease(c.EffectTimeout)
 	sessionPool := c.SessionPool
@@ -520,4 +499,36 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.cancel = nil
 	d.stopped = true
 	return nil
+}
+
+// effectQueues returns River's queues for registry's effects, each with
+// workers workers, and the maintenance queue. A queue is an effect's own,
+// or shared by effects that say so (effects.Queuer: an MCP upstream's
+// tools), never both: an effect's own queue that another effect also named
+// would run jobs its workers cannot tell apart. A sized effect
+// (effects.QueueSizer: an upstream's processes x max_in_flight) gets that
+// many workers, since more would only wait for a slot and time out
+// not_sent.
+func effectQueues(registry *effects.Registry, workers int) (map[string]river.QueueConfig, error) {
+	queues := map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}
+	type queueUse struct {
+		effect string
+		shared bool
+	}
+	uses := map[string]queueUse{QueueMaintenance: {effect: "the maintenance jobs"}}
+	for _, name := range registry.Names() {
+		e, _ := registry.Get(name)
+		queue := effects.QueueOf(e)
+		_, shared := e.(effects.Queuer)
+		if prev, taken := uses[queue]; taken && !(shared && prev.shared) {
+			return nil, fmt.Errorf("dispatcher: River queue %q would run both %s and %s: rename one", queue, prev.effect, name)
+		}
+		uses[queue] = queueUse{effect: name, shared: shared}
+		n := workers
+		if sized, ok := e.(effects.QueueSizer); ok && sized.Workers() > 0 {
+			n = sized.Workers()
+		}
+		queues[queue] = river.QueueConfig{MaxWorkers: n}
+	}
+	return queues, nil
 }
