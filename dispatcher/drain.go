@@ -65,7 +65,9 @@ func newDrainer(pool, sessionPool *pgxpool.Pool, client *river.Client[pgx.Tx], c
 // drainOnce dispatches one batch: new intents from the stream, in commit
 // order, and intents of the dispatch queue. It returns how many intents it
 // took (invalid ones, which it failed, included) and the most it read from
-// either source (drainAll drains again while one came back full).
+// either source (drainAll drains again while one came back full). Three
+// steps in one transaction: a read (readDrain) that locks what it takes, a
+// plan (planJobs) that touches no database, and a write (writeDrain).
 func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error) {
 	// READ COMMITTED whatever the server's default: the offset's lock
 	// must read the newest offset, and each statement see what committed
@@ -76,6 +78,36 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
+	r, err := d.readDrain(ctx, tx)
+	if err != nil || r.idle {
+		return 0, 0, err
+	}
+	plan := d.planJobs(r.batch)
+	if err := d.writeDrain(ctx, tx, plan, &r.commit); err != nil {
+		return 0, 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, 0, fmt.Errorf("error committing drain: %w", err)
+	}
+	// Counted once committed: a rolled-back drain handed nothing over.
+	d.metrics.Drained.Add(float64(len(r.batch)))
+	return len(r.batch), r.read, nil
+}
+
+// drainRead is what a drain read and locked: the intents to dispatch, the
+// commit it started (the stream's offset, the queue's rows), and the most
+// rows one source gave.
+type drainRead struct {
+	batch  []intentdb.Undispatched
+	commit intentdb.DrainCommit
+	read   int
+	// idle is a read that found nothing and need write nothing.
+	idle bool
+}
+
+// readDrain reads, in tx, the stream's new intents and the dispatch
+// queue's, and locks those this drain dispatches.
+func (d *drainer) readDrain(ctx context.Context, tx pgx.Tx) (*drainRead, error) {
 	// The intents dispatched stay locked until this transaction commits
 	// their jobs and marks, and the stream's offset with them, so no other
 	// drain can dispatch them twice: the stream is read by one drain at a
@@ -85,25 +117,21 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 	// it dispatched.
 	off, err := d.queries.LockDrainOffset(ctx, tx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("error locking the drain's offset: %w", err)
+		return nil, fmt.Errorf("error locking the drain's offset: %w", err)
 	}
 	stream, err := d.queries.SelectStream(ctx, tx, off, d.batchSize)
 	if err != nil {
-		return 0, 0, fmt.Errorf("error reading new intents: %w", err)
+		return nil, fmt.Errorf("error reading new intents: %w", err)
 	}
-	var (
-		batch  []intentdb.Undispatched
-		commit intentdb.DrainCommit
-		taken  = map[int64]bool{}
-	)
-	read = len(stream) // the most rows of one source: a full one means more may wait
+	r := &drainRead{read: len(stream)} // the most rows of one source: a full one means more may wait
+	taken := map[int64]bool{}
 	if len(stream) < d.batchSize {
 		// Every intent cur sees and prev does not is handed over: the next
 		// drain reads from cur, with a snapshot of its own.
-		commit.Offset = &intentdb.DrainOffset{Prev: off.Cur, TxID: "0"}
+		r.commit.Offset = &intentdb.DrainOffset{Prev: off.Cur, TxID: "0"}
 	} else {
 		last := stream[len(stream)-1]
-		commit.Offset = &intentdb.DrainOffset{Prev: off.Prev, Cur: off.Cur, TxID: last.TxID, ID: last.ID}
+		r.commit.Offset = &intentdb.DrainOffset{Prev: off.Prev, Cur: off.Cur, TxID: last.TxID, ID: last.ID}
 	}
 	var mine []int64
 	for _, s := range stream {
@@ -114,51 +142,60 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 		case !d.runs(s.Effect):
 			// Another replica's effect: left to the queue, which each
 			// drain reads for the effects it runs.
-			commit.Queue = append(commit.Queue, s.ID)
+			r.commit.Queue = append(r.commit.Queue, s.ID)
 		default:
 			mine = append(mine, s.ID)
 		}
 	}
 	locked, err := d.queries.LockUndispatched(ctx, tx, mine)
 	if err != nil {
-		return 0, 0, fmt.Errorf("error locking new intents: %w", err)
+		return nil, fmt.Errorf("error locking new intents: %w", err)
 	}
 	for _, s := range stream {
 		switch {
 		case locked[s.ID]:
-			batch = append(batch, s.Undispatched)
+			r.batch = append(r.batch, s.Undispatched)
 			taken[s.ID] = true
 		case s.Pending && d.runs(s.Effect):
 			// Held by another transaction, or settled since the read:
 			// the queue takes it, or finds it settled.
-			commit.Queue = append(commit.Queue, s.ID)
+			r.commit.Queue = append(r.commit.Queue, s.ID)
 		}
 	}
 	queued, err := d.queries.SelectQueued(ctx, tx, d.effects.Names(), d.batchSize)
 	if err != nil {
-		return 0, 0, fmt.Errorf("error selecting queued intents: %w", err)
+		return nil, fmt.Errorf("error selecting queued intents: %w", err)
 	}
-	read = max(read, len(queued))
+	r.read = max(r.read, len(queued))
 	for _, q := range queued {
-		commit.Dequeue = append(commit.Dequeue, q.ID)
+		r.commit.Dequeue = append(r.commit.Dequeue, q.ID)
 		if q.Pending && !taken[q.ID] {
-			batch = append(batch, q.Undispatched)
+			r.batch = append(r.batch, q.Undispatched)
 			taken[q.ID] = true
 		}
 	}
-	if read == 0 && off.Fresh {
-		// Nothing to write: with no intent between prev and this
-		// snapshot, reading from prev again finds what reading from it
-		// would. An idle poll writes nothing.
-		return 0, 0, nil
-	}
-	var (
-		params  []river.InsertManyParams
-		owners  [][]int64 // the intents of each job in params
-		badIDs  []int64
-		badErrs []json.RawMessage
-		batches = map[string][]int64{} // by effect and namespace
-	)
+	// Nothing to write: with no intent between prev and this snapshot,
+	// reading from prev again finds what reading from it would. An idle
+	// poll writes nothing.
+	r.idle = r.read == 0 && off.Fresh
+	return r, nil
+}
+
+// drainPlan is what a drain writes: River's jobs (params) with the intents
+// each runs (owners), and the intents failed before any job.
+type drainPlan struct {
+	params  []river.InsertManyParams
+	owners  [][]int64
+	badIDs  []int64
+	badErrs []json.RawMessage
+}
+
+// planJobs decides, without the database, each intent's job: a job of its
+// own, or a batch of its effect's first attempts, or none (an intent that
+// fails validation now, having reached the table another way).
+func (d *drainer) planJobs(batch []intentdb.Undispatched) *drainPlan {
+	p := &drainPlan{}
+	batches := map[string][]int64{} // by effect and namespace
 	for _, u := range batch {
 		effect, ok := d.effects.Get(u.Effect)
 		if !ok {
@@ -167,13 +204,13 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 		if !effects.AllowedIn(effect, u.Namespace) {
 			// Written by the SQL function, which knows no effects: the
 			// write side refuses it (see effects.AllowedIn).
-			badIDs = append(badIDs, u.ID)
-			badErrs = append(badErrs, intentdb.ErrorJSON(outbox.CodeUnknownEffect, fmt.Sprintf("effect %q is not enabled for namespace %q", u.Effect, u.Namespace)))
+			p.badIDs = append(p.badIDs, u.ID)
+			p.badErrs = append(p.badErrs, intentdb.ErrorJSON(outbox.CodeUnknownEffect, fmt.Sprintf("effect %q is not enabled for namespace %q", u.Effect, u.Namespace)))
 			continue
 		}
 		if err := effect.ValidateArgs(u.Args); err != nil {
-			badIDs = append(badIDs, u.ID)
-			badErrs = append(badErrs, intentdb.ErrorJSON(effects.CodeInvalidArgs, err.Error()))
+			p.badIDs = append(p.badIDs, u.ID)
+			p.badErrs = append(p.badErrs, intentdb.ErrorJSON(effects.CodeInvalidArgs, err.Error()))
 			continue
 		}
 		// An effect in a shared queue is never batched: a batch job runs in
@@ -190,31 +227,36 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 		if queue != u.Effect {
 			args.Effect = u.Effect
 		}
-		params = append(params, d.jobParams(args, u.Namespace, u.Effect, queue))
-		owners = append(owners, []int64{u.ID})
+		p.params = append(p.params, d.jobParams(args, u.Namespace, u.Effect, queue))
+		p.owners = append(p.owners, []int64{u.ID})
 	}
 	for _, k := range slices.Sorted(maps.Keys(batches)) {
 		effect, namespace, _ := strings.Cut(k, "\x00")
 		if ids := batches[k]; len(ids) == 1 {
 			// A batch of one costs what a job of its own does, and reads
 			// better in River UI.
-			params = append(params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect, effect))
+			p.params = append(p.params, d.jobParams(workers.IntentArgs{IntentID: ids[0]}, namespace, effect, effect))
 		} else {
 			// Batched effects have queues of their own (above).
-			p := d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect, effect)
-			p.InsertOpts.Metadata = riverworker.BatchJobMetadata(namespace, effect, len(ids))
-			params = append(params, p)
+			jp := d.jobParams(workers.IntentBatchArgs{IntentIDs: ids}, namespace, effect, effect)
+			jp.InsertOpts.Metadata = riverworker.BatchJobMetadata(namespace, effect, len(ids))
+			p.params = append(p.params, jp)
 		}
-		owners = append(owners, batches[k])
+		p.owners = append(p.owners, batches[k])
 	}
+	return p
+}
 
-	if len(params) > 0 {
-		results, err := d.river.InsertManyTx(ctx, tx, params)
+// writeDrain inserts plan's jobs in tx, marks their intents, settles the
+// queue and the stream's offset (commit), and fails the invalid intents.
+func (d *drainer) writeDrain(ctx context.Context, tx pgx.Tx, plan *drainPlan, commit *intentdb.DrainCommit) error {
+	if len(plan.params) > 0 {
+		results, err := d.river.InsertManyTx(ctx, tx, plan.params)
 		if err != nil {
-			return 0, 0, fmt.Errorf("error inserting River jobs: %w", err)
+			return fmt.Errorf("error inserting River jobs: %w", err)
 		}
-		if len(results) != len(params) {
-			return 0, 0, fmt.Errorf("River inserted %d jobs of %d", len(results), len(params))
+		if len(results) != len(plan.params) {
+			return fmt.Errorf("River inserted %d jobs of %d", len(results), len(plan.params))
 		}
 		for i, r := range results {
 			// Match jobs to intents by their args rather than trusting the
@@ -224,40 +266,35 @@ func (d *drainer) drainOnce(ctx context.Context) (dispatched, read int, _ error)
 				IntentIDs []int64 `json:"intent_ids"`
 			}
 			if err := json.Unmarshal(r.Job.EncodedArgs, &args); err != nil {
-				return 0, 0, fmt.Errorf("error decoding inserted job: %w", err)
+				return fmt.Errorf("error decoding inserted job: %w", err)
 			}
 			if args.IntentIDs == nil {
 				args.IntentIDs = []int64{args.IntentID}
 			}
-			if !slices.Equal(args.IntentIDs, owners[i]) {
-				return 0, 0, fmt.Errorf("River returned job for intents %v at position of %v", args.IntentIDs, owners[i])
+			if !slices.Equal(args.IntentIDs, plan.owners[i]) {
+				return fmt.Errorf("River returned job for intents %v at position of %v", args.IntentIDs, plan.owners[i])
 			}
-			for _, id := range owners[i] {
+			for _, id := range plan.owners[i] {
 				commit.IDs = append(commit.IDs, id)
 				commit.JobIDs = append(commit.JobIDs, r.Job.ID)
 			}
 		}
 	}
-	if err := d.queries.CommitDrain(ctx, tx, &commit); err != nil {
-		return 0, 0, fmt.Errorf("error marking intents dispatched: %w", err)
+	if err := d.queries.CommitDrain(ctx, tx, commit); err != nil {
+		return fmt.Errorf("error marking intents dispatched: %w", err)
 	}
-	if len(badIDs) > 0 {
-		if err := d.queries.FailInvalid(ctx, tx, badIDs, badErrs); err != nil {
-			return 0, 0, fmt.Errorf("error failing invalid intents: %w", err)
+	if len(plan.badIDs) > 0 {
+		if err := d.queries.FailInvalid(ctx, tx, plan.badIDs, plan.badErrs); err != nil {
+			return fmt.Errorf("error failing invalid intents: %w", err)
 		}
-		d.logger.WarnContext(ctx, "intents failed validation at dispatch", slog.Int("count", len(badIDs)))
+		d.logger.WarnContext(ctx, "intents failed validation at dispatch", slog.Int("count", len(plan.badIDs)))
 	}
 	if d.beforeCommitFunc != nil {
 		if err := d.beforeCommitFunc(ctx, tx); err != nil {
-			return 0, 0, err
+			return err
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, 0, fmt.Errorf("error committing drain: %w", err)
-	}
-	// Counted once committed: a rolled-back drain handed nothing over.
-	d.metrics.Drained.Add(float64(len(batch)))
-	return len(batch), read, nil
+	return nil
 }
 
 // drainAll drains until a batch comes back short, then announces the
