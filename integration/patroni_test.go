@@ -131,7 +131,7 @@ func TestPatroniFailover(t *testing.T) {
 			_, err := client.EnqueueTx(cctx, pool, &outbox.EnqueueParams{Key: key, Effect: "webhook", Args: args(key)})
 			return err == nil
 		}, 60*time.Second, 100*time.Millisecond, "no enqueue after the fault")
-		e.wait(key, 60*time.Second)
+		waitThroughFaults(t, client, key, 90*time.Second)
 		return time.Since(start)
 	}
 
@@ -165,7 +165,7 @@ func TestPatroniFailover(t *testing.T) {
 			lost++
 			continue
 		}
-		e.wait(key, 60*time.Second)
+		waitThroughFaults(t, client, key, 60*time.Second)
 	}
 	perKey := map[string]map[string]bool{}
 	effects := 0
@@ -195,6 +195,26 @@ func TestPatroniFailover(t *testing.T) {
 	require.Zero(t, lost, "acknowledged intents lost")
 	require.Zero(t, duplicates, "effects made twice")
 	require.Equal(t, intents, effects, "one effect per intent")
+}
+
+// waitThroughFaults waits until the intent is terminal, reading it every
+// 100 ms: a read that fails (Patroni is still restarting or switching the
+// primary) is tried again, where Wait would return its error.
+func waitThroughFaults(t *testing.T, client *outbox.Client, key string, timeout time.Duration) {
+	t.Helper()
+	var last error
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		intent, err := client.Get(ctx, "", key)
+		cancel()
+		if err == nil && intent.State.Terminal() {
+			return
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("intent %s did not end within %s (last error: %v)", key, timeout, last)
 }
 
 // underWay counts the intents pending or running, -1 when the database

@@ -81,6 +81,11 @@ func (m *pgBackRestMethod) backup(t *testing.T, _ *pgcluster.Cluster) error {
 	if err != nil {
 		return fmt.Errorf("pgbackrest backup: %w\n%s", err, out)
 	}
+	// pgBackRest keeps a backup's stop time, and reads a time target, in
+	// whole seconds, and restores to a time only from a backup that
+	// stopped before it ("unable to find backup set with stop time less
+	// than"): the restore point must fall in a later second.
+	time.Sleep(1100 * time.Millisecond)
 	return nil
 }
 
