@@ -3,131 +3,23 @@ package intentdb
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 func (q *Queries) renderDrain(r func(string) string) {
-	// The drain finds new intents by snapshots (migration 014): those
-	// committed between the snapshot it handed over everything up to
-	// (prev) and a newer one (cur), in (txid, id) order, a batch at a
-	// time from the last one handed over. The stream is read by one drain
-	// at a time: it locks the offset for its transaction, and another
-	// waits for that transaction to end, then reads the offset it left.
-	//
-	// A drain whose process stops mid-transaction (SIGSTOP, a debugger, a
-	// VM paused) would hold the stream for everyone: its transaction, idle
-	// for longer than DrainIdleTimeout, is ended by the server, which
-	// closes its session and releases the lock. A drain's transaction is
-	// never idle for more than a few milliseconds otherwise (River's
-	// insert is planned in Go between two statements).
-	q.sqlDrainOffset = r(`SELECT prev::text, coalesce(cur::text, ''), txid::text, id,
-			set_config('idle_in_transaction_session_timeout', '` + strconv.Itoa(int(DrainIdleTimeout.Milliseconds())) + `', true)
-		FROM {{schema}}.outbox_drain_offset FOR UPDATE`)
+	q.sqlDrainOffset = r(statement("drain_offset"))
 	// The new snapshot is taken by a statement of its own, after the lock:
 	// in READ COMMITTED a statement's snapshot is taken when it starts, so
 	// the locking one's may predate the commit of the drain it waited for,
 	// and be older than the prev that drain recorded.
 	q.sqlDrainSnapshot = `SELECT pg_current_snapshot()::text`
-	// The intents prev saw running (txid among its xip: an index look-up
-	// each) or not yet started (a range of the (txid, id) index from its
-	// xmax), which cur sees committed, past the last one handed over. Two
-	// scans merged, each stopping at the batch's size: one range from the
-	// lowest running txid would read every intent committed since a long
-	// transaction began, at every drain. Read without locks: the drain
-	// that holds the offset is the only one reading the stream, and the
-	// intents it will dispatch are locked next (sqlDrainLock).
-	q.sqlDrainStream = r(`WITH next AS (
-			(SELECT id FROM {{schema}}.outbox_intent
-			WHERE txid = ANY(ARRAY(SELECT pg_snapshot_xip($2::pg_snapshot)))
-			  AND pg_visible_in_snapshot(txid, $3::pg_snapshot)
-			  AND (txid, id) > ($4::text::xid8, $5::bigint)
-			ORDER BY txid, id
-			LIMIT $1)
-			UNION ALL
-			(SELECT id FROM {{schema}}.outbox_intent
-			WHERE txid IS NOT NULL
-			  AND (txid, id) > (greatest($4::text::xid8, pg_snapshot_xmax($2::pg_snapshot)),
-			                    CASE WHEN $4::text::xid8 >= pg_snapshot_xmax($2::pg_snapshot) THEN $5::bigint ELSE 0 END)
-			  AND txid < pg_snapshot_xmax($3::pg_snapshot)
-			  AND pg_visible_in_snapshot(txid, $3::pg_snapshot)
-			ORDER BY txid, id
-			LIMIT $1)
-		)
-		SELECT id, namespace, effect, args, txid::text, state = 'pending' AND job_id IS NULL
-		FROM {{schema}}.outbox_intent
-		WHERE id IN (SELECT id FROM next)
-		ORDER BY txid, id
-		LIMIT $1`)
-	// The stream's intents to dispatch, locked and read again in their
-	// newest version: one that an approval, a cancel, or a drain of the
-	// queue (or of an older release) dispatched or ended meanwhile is
-	// left out. SKIP LOCKED: one that another transaction holds is not
-	// waited for (a long one would hold up the whole stream), the drain
-	// queues it instead, to be taken, or found settled, from the queue.
-	q.sqlDrainLock = r(`SELECT id FROM {{schema}}.outbox_intent
-		WHERE id = ANY($1::bigint[]) AND state = 'pending' AND job_id IS NULL
-		ORDER BY id
-		FOR UPDATE SKIP LOCKED`)
-	// The queue: intents undispatched after their insert (the trigger of
-	// 014) and those of effects another replica runs. SKIP LOCKED lets
-	// another drain take the next ones instead of waiting. A drain takes
-	// only the effects its replica runs: during a rolling deploy, or with
-	// replicas configured for different providers, another replica's
-	// effects are left to it.
-	// The queue drives, whatever the statistics say: it is small (often
-	// empty) and read in its key's order, each row's intent then found by
-	// its key. A plain join let the planner, on tables without statistics
-	// (a fresh schema), scan every intent and probe the queue for each:
-	// milliseconds for an empty answer. The lateral subquery (kept one by
-	// OFFSET 0) cannot be the outer side; the effect is filtered inside it,
-	// before its row is locked, so that intents of effects another replica
-	// serves are left to that replica's drain.
-	q.sqlDrainQueue = r(`SELECT i.id, i.namespace, i.effect, i.args, i.state = 'pending' AND i.job_id IS NULL
-		FROM {{schema}}.outbox_dispatch_queue d
-		CROSS JOIN LATERAL (
-			SELECT i.id, i.namespace, i.effect, i.args, i.state, i.job_id
-			FROM {{schema}}.outbox_intent i
-			WHERE i.id = d.id AND i.effect = ANY($2::text[])
-			OFFSET 0
-		) i
-		ORDER BY d.id
-		LIMIT $1
-		FOR UPDATE OF d, i SKIP LOCKED`)
-	// What a drain decided, in one statement: each intent's River job (a
-	// HOT update: job_id is in no index), the queue's rows it settled
-	// removed, the stream's intents it leaves to the queue queued, and the
-	// stream's offset moved past what it read. Dispatching is not a state
-	// change (the intent stays pending), so updated_at is left alone and
-	// no notification fires.
-	q.sqlDrainCommit = r(`WITH mark AS (
-			UPDATE {{schema}}.outbox_intent t SET job_id = u.job_id
-			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id)
-			WHERE t.id = u.id
-		), dequeued AS (
-			DELETE FROM {{schema}}.outbox_dispatch_queue WHERE id = ANY($3::bigint[])
-		), queued AS (
-			INSERT INTO {{schema}}.outbox_dispatch_queue (id) SELECT unnest($4::bigint[]) ON CONFLICT DO NOTHING
-		), advanced AS (
-			UPDATE {{schema}}.outbox_drain_offset SET prev = $5::pg_snapshot, cur = $6::pg_snapshot, txid = $7::text::xid8, id = $8
-		)
-		SELECT 1`)
-	// Intents that reached the table without the library's validation (raw
-	// SQL) and fail it end here, without any provider call.
-	q.sqlDrainFailInvalid = r(`WITH upd AS (
-			UPDATE {{schema}}.outbox_intent t
-			SET state = 'failed', error = u.error, completed_at = now(), updated_at = now()
-			FROM unnest($1::bigint[], $2::jsonb[]) AS u(id, error)
-			WHERE t.id = u.id
-			RETURNING t.id
-		), notified AS (
-			SELECT pg_notify('{{channel_changed}}', 'failed ' || string_agg(id::text, ','))
-			FROM (SELECT id, (row_number() OVER ()) / {{chunk}} AS chunk FROM upd) c
-			GROUP BY chunk
-		)
-		SELECT count(*) FROM notified`)
+	q.sqlDrainStream = r(statement("drain_stream"))
+	q.sqlDrainLock = r(statement("drain_lock"))
+	q.sqlDrainQueue = r(statement("drain_queue"))
+	q.sqlDrainCommit = r(statement("drain_commit"))
+	q.sqlDrainFailInvalid = r(statement("drain_fail_invalid"))
 }
 
 // Undispatched is a pending intent that has no River job yet.
