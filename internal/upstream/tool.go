@@ -137,11 +137,13 @@ func (t *Tool) AlwaysClaim() bool { return true }
 // descriptions.
 func (t *Tool) DeclarationSHA256() string { return t.sha256 }
 
-// DedupeWindow implements effects.DedupeWindower for a key_arg tool; a
-// retry-safe tool has no window.
+// DedupeWindow implements effects.DedupeWindower for a key_arg tool: the
+// declared window less the call's timeout, as a declared HTTP effect's, so
+// that the worker's guard never resends a call that could reach the
+// upstream after the window. A retry-safe tool has no window.
 func (t *Tool) DedupeWindow() time.Duration {
 	if t.decl != nil && t.decl.window > 0 {
-		return t.decl.window
+		return max(t.decl.window-t.conn.u.timeout, 0)
 	}
 	// Repeating a retry-safe call changes nothing: no window to leave.
 	return 100 * 365 * 24 * time.Hour
