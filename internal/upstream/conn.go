@@ -213,6 +213,8 @@ func (c *Conn) command(m *member) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("command %s: %w", c.u.command[0], err)
 	}
 	cmd := exec.Command(path, c.u.command[1:]...) //nolint:gosec // argv is the operator's file, never an argument of a call
+	// Never nil: exec.Cmd's nil Env is the parent's whole environment.
+	cmd.Env = []string{}
 	for _, name := range c.u.inherit {
 		if v, ok := os.LookupEnv(name); ok {
 			cmd.Env = append(cmd.Env, name+"="+v)
