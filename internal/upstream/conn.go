@@ -245,12 +245,43 @@ func (c *Conn) command(m *member) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// logStderr logs a child's stderr at debug, scrubbed.
+// stderrLineLogged is how much of a child's stderr line is logged;
+// stderrLineMax how much is kept to scrub it. The rest of a longer line is
+// read and dropped.
+const (
+	stderrLineLogged = 16 << 10
+	stderrLineMax    = stderrLineLogged + 1<<10
+)
+
+// logStderr logs a child's stderr at debug, scrubbed, until it ends. It
+// reads every byte whatever the lines' length: a child whose stderr is no
+// longer read blocks on its next write, and answers no call.
 func (c *Conn) logStderr(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	for sc.Scan() {
-		c.logger.Debug("upstream stderr", slog.String("line", c.u.scrub(sc.Text())))
+	br := bufio.NewReaderSize(r, 4<<10)
+	var line []byte
+	cut := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if room := stderrLineMax - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		cut = cut || len(line) >= stderrLineMax
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if text := strings.TrimRight(string(line), "\r\n"); text != "" || err == nil {
+			// Scrubbed before the cut, so that no secret's beginning is
+			// left at the end of a cut line.
+			text = c.u.scrub(text)
+			if cut || len(text) > stderrLineLogged {
+				text = strings.ToValidUTF8(text[:min(len(text), stderrLineLogged)], "") + "..."
+			}
+			c.logger.Debug("upstream stderr", slog.String("line", text))
+		}
+		line, cut = line[:0], false
+		if err != nil {
+			return
+		}
 	}
 }
 

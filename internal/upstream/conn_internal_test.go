@@ -1,7 +1,13 @@
 package upstream
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -34,4 +40,63 @@ func TestChildEnvironmentOnlyDeclared(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A child's stderr line over 64 KB does not stop the reading of its
+// stderr (a child blocked writing stderr answers no call): the line is
+// logged cut, and the lines after it are read.
+func TestChildStderrLongLine(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	f, err := ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    command: [sh]\n"), &declared.Config{})
+	require.NoError(t, err)
+	c := NewConn(f.Upstreams[0], &ConnConfig{Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	r, w := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		c.logStderr(r)
+		close(done)
+	}()
+	written := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(w, strings.Repeat("x", 200<<10)+"\nafter the long line\n")
+		if err == nil {
+			err = w.Close()
+		}
+		written <- err
+	}()
+	select {
+	case err := <-written:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		_ = r.Close()
+		require.FailNow(t, "the child's stderr is no longer read: its writes block")
+	}
+	<-done
+	require.Contains(t, buf.String(), "after the long line")
+	require.Less(t, buf.Len(), 100<<10, "a long line is logged cut")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
 }
