@@ -412,16 +412,11 @@ func (t *Tool) store(res *mcp.CallToolResult) (json.RawMessage, error) {
 		}
 	}
 	if res.StructuredContent != nil {
-		raw, err := json.Marshal(res.StructuredContent)
-		if err == nil {
-			scrubbed := t.conn.u.scrub(string(raw))
-			if len(scrubbed) > budget {
+		if v, raw, err := t.conn.u.scrubJSON(res.StructuredContent); err == nil {
+			if len(raw) > budget {
 				out.Truncated = true
 			} else {
-				var v any
-				if json.Unmarshal([]byte(scrubbed), &v) == nil {
-					out.StructuredContent = v
-				}
+				out.StructuredContent = v
 			}
 		}
 	}
@@ -429,6 +424,45 @@ func (t *Tool) store(res *mcp.CallToolResult) (json.RawMessage, error) {
 		out.ID = m["id"]
 	}
 	return json.Marshal(out)
+}
+
+// scrubJSON returns v, a JSON value, with the upstream's secrets replaced
+// in every string and member name, and its encoding. It scrubs the decoded
+// strings, not the encoded text, where JSON's escapes (a quote, a
+// backslash, <, > and &) would hide a secret holding those characters.
+func (u *Upstream) scrubJSON(v any) (any, []byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var plain any
+	if err := dec.Decode(&plain); err != nil {
+		return nil, nil, err
+	}
+	plain = u.scrubValue(plain)
+	raw, err = json.Marshal(plain)
+	return plain, raw, err
+}
+
+func (u *Upstream) scrubValue(v any) any {
+	switch v := v.(type) {
+	case string:
+		return u.scrub(v)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, item := range v {
+			out[u.scrub(k)] = u.scrubValue(item)
+		}
+		return out
+	case []any:
+		for i, item := range v {
+			v[i] = u.scrubValue(item)
+		}
+		return v
+	}
+	return v
 }
 
 // storeError keeps a JSON-RPC error a success rule accepted ("already
@@ -628,8 +662,12 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 		_ = json.Unmarshal(picked, &v)
 		out.StructuredContent = v
 	}
-	text, _ := json.Marshal(out.StructuredContent)
-	out.Content = []map[string]any{{"type": "text", "text": t.conn.u.scrub(string(text))}}
+	scrubbed, text, err := t.conn.u.scrubJSON(out.StructuredContent)
+	if err != nil {
+		return nil, false, failed("%v", err)
+	}
+	out.StructuredContent = scrubbed
+	out.Content = []map[string]any{{"type": "text", "text": string(text)}}
 	if m, ok := out.StructuredContent.(map[string]any); ok {
 		out.ID = m["id"]
 	}
