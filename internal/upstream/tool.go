@@ -612,7 +612,13 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 	vars := &mcpVars{result: newCELResult(res), providerKey: req.ProviderKey}
 	_ = json.Unmarshal(req.Args, &vars.args)
 	act := vars.activation(nil)
-	var foundItem any
+	var (
+		found     bool
+		foundItem any
+		// answer is the look-up's own answer, stored when a found rule
+		// matched an answer with no JSON data (markdown, plain text).
+		answer json.RawMessage
+	)
 	if d.items != nil {
 		items, err := d.items.EvalList(act)
 		if err != nil {
@@ -624,25 +630,41 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 				return nil, false, failed("match: %v", err)
 			}
 			if ok {
-				foundItem = plainJSON(item)
+				found, foundItem = true, plainJSON(item)
 				break
 			}
 		}
 	} else {
-		found, err1 := d.found.EvalBool(act)
+		isFound, err1 := d.found.EvalBool(act)
 		missing, err2 := d.missing.EvalBool(act)
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, false, failed("%v", err)
 		}
 		switch {
-		case found && !missing:
-			foundItem = plainJSON(vars.result.Data)
-		case missing && !found:
+		case isFound && !missing:
+			// Found whatever the answer's form: a rule that matched a
+			// markdown answer, which has no data, is no "not found".
+			found, foundItem = true, plainJSON(vars.result.Data)
+			if foundItem == nil {
+				if answer, err = t.store(res); err != nil {
+					return nil, false, failed("%v", err)
+				}
+			}
+		case missing && !isFound:
 		default:
-			return nil, false, failed("found is %t and missing is %t: exactly one must hold", found, missing)
+			return nil, false, failed("found is %t and missing is %t: exactly one must hold", isFound, missing)
 		}
 	}
-	if foundItem == nil {
+	if answer != nil {
+		var out storedResult
+		if err := json.Unmarshal(answer, &out); err != nil {
+			return nil, false, failed("%v", err)
+		}
+		out.Reconciled = true
+		raw, err := json.Marshal(out)
+		return raw, err == nil, err
+	}
+	if !found {
 		// An upstream whose reads lag its writes: "not found" counts only
 		// once settle passed since the last send could have ended. The
 		// intent's creation plus the call's timeout bounds the first

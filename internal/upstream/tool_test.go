@@ -1,12 +1,19 @@
 package upstream_test
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
 
 	"github.com/outbox-dev/outbox/internal/upstream"
@@ -53,4 +60,103 @@ func TestUpstreamDedupeWindowLessTimeout(t *testing.T) {
 		listedTool("send", `{"type":"object","properties":{"to":{"type":"string"},"idempotencyKey":{"type":"string"}}}`, false),
 	})
 	require.Equal(t, 24*time.Hour-20*time.Second, recordedTool(t, c, "gh_send").DedupeWindow())
+}
+
+// serveHTTP serves srv over streamable HTTP on loopback and returns its
+// URL.
+func serveHTTP(t *testing.T, srv *mcp.Server) string {
+	t.Helper()
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// bindServed parses file (whose url is {env.URL}), pins it against the
+// upstream at url, and binds it.
+func bindServed(t *testing.T, file, url string) *upstream.Catalog {
+	t.Helper()
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+		return url, n == "URL"
+	}})
+	require.NoError(t, err)
+	u := f.Upstreams[0]
+	conn := upstream.NewConn(u, nil)
+	server, listed, err := conn.ListTools(context.Background())
+	conn.Close()
+	require.NoError(t, err)
+	entry, problems := u.Pin(server, listed, nil)
+	require.Empty(t, problems)
+	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{u.Name(): entry}}
+	c, err := upstream.Bind(f, lock, &upstream.BindConfig{})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// notesServer is an upstream whose create_note saves a note and whose
+// get_notes answers the notes as markdown text, not JSON.
+type notesServer struct {
+	mu    sync.Mutex
+	notes []string
+}
+
+func (n *notesServer) server() *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "notes", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "create_note", InputSchema: json.RawMessage(`{"type":"object","properties":{"body":{"type":"string"}}}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct{ Body string }
+			_ = json.Unmarshal(req.Params.Arguments, &args)
+			n.mu.Lock()
+			n.notes = append(n.notes, args.Body)
+			n.mu.Unlock()
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "saved"}}}, nil
+		})
+	srv.AddTool(&mcp.Tool{Name: "get_notes", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			var b strings.Builder
+			b.WriteString("# Notes\n")
+			for _, note := range n.notes {
+				b.WriteString("- " + note + "\n")
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, nil
+		})
+	return srv
+}
+
+// A found/missing look-up whose rule matched is found whatever the form
+// of the answer: a markdown answer has no JSON data, and was read as "not
+// found", so the note was written again.
+func TestUpstreamLookupFoundInText(t *testing.T) {
+	t.Parallel()
+	notes := &notesServer{}
+	file := `upstreams:
+  notes:
+    url: "{env.URL}"
+    connect_timeout: 5s
+    tools:
+      create_note:
+        guarantee: reconcilable
+        marker: {arg: body, append: " <!-- {provider_key} -->"}
+        lookup:
+          tool: get_notes
+          found: result.content[0].text.contains(provider_key)
+          missing: "!result.content[0].text.contains(provider_key)"
+`
+	c := bindServed(t, file, serveHTTP(t, notes.server()))
+	tool := recordedTool(t, c, "notes_create_note")
+	req := &effects.Request{Args: json.RawMessage(`{"body":"hello"}`), ProviderKey: "pk-text-1"}
+
+	_, found, err := tool.LookupRequest(context.Background(), req, time.Now())
+	require.NoError(t, err)
+	require.False(t, found, "nothing written yet")
+
+	_, err = tool.Execute(context.Background(), req)
+	require.NoError(t, err)
+	result, found, err := tool.LookupRequest(context.Background(), req, time.Now())
+	require.NoError(t, err)
+	require.True(t, found, "the rule matched a markdown answer")
+	require.Contains(t, string(result), "pk-text-1", "the result is the look-up's answer")
+	require.Contains(t, string(result), `"reconciled":true`)
 }
