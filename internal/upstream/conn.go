@@ -391,8 +391,12 @@ func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 	return resp, err
 }
 
-// scrub replaces the upstream's secrets in s.
+// scrub replaces the upstream's secrets in s, and its URL as rendered by
+// the URL's template.
 func (u *Upstream) scrub(s string) string {
+	for _, endpoint := range u.endpoints {
+		s = strings.ReplaceAll(s, endpoint, u.url.Raw)
+	}
 	for _, secret := range u.secrets {
 		s = strings.ReplaceAll(s, secret, "[redacted]")
 	}

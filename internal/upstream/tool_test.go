@@ -1,8 +1,10 @@
 package upstream_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -159,4 +161,56 @@ func TestUpstreamLookupFoundInText(t *testing.T) {
 	require.True(t, found, "the rule matched a markdown answer")
 	require.Contains(t, string(result), "pk-text-1", "the result is the look-up's answer")
 	require.Contains(t, string(result), `"reconciled":true`)
+}
+
+// A URL whose secret sits in its path never appears in an error: errors
+// show the declared template. The upstream here refuses connections, so
+// the call fails naming the URL.
+func TestUpstreamURLSecretInPath(t *testing.T) {
+	t.Parallel()
+	hs := httptest.NewServer(http.NotFoundHandler())
+	dead := hs.URL
+	hs.Close()
+	const secret = "s3cr3t-path-token-5678"
+	file := "upstreams:\n  up:\n    url: \"{env.URL}\"\n    connect_timeout: 2s\n    tools:\n      write: {guarantee: at_most_once}\n"
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+		return dead + "/" + secret + "/mcp", n == "URL"
+	}})
+	require.NoError(t, err)
+	u := f.Upstreams[0]
+	entry, problems := u.Pin("up 1", []*mcp.Tool{listedTool("write", `{"type":"object"}`, false)}, nil)
+	require.Empty(t, problems)
+	var logs syncBuffer
+	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}},
+		&upstream.BindConfig{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c.Start(ctx)
+
+	_, err = recordedTool(t, c, "up_write").Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{}`), ProviderKey: "pk"})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), secret)
+	require.Contains(t, err.Error(), "{env.URL}")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "listing failed") }, 10*time.Second, 20*time.Millisecond)
+	require.NotContains(t, logs.String(), secret)
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
