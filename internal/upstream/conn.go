@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outbox-dev/outbox/internal/effectfile"
@@ -183,7 +184,7 @@ func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) 
 		if err != nil {
 			return nil, err
 		}
-		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}
+		transport = &probeTransport{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}}
 	} else {
 		endpoint, _, err := c.u.url.RenderString(&effectfile.RenderCtx{Env: c.u.resolved})
 		if err != nil {
@@ -344,6 +345,41 @@ func withProbe(ctx context.Context) (context.Context, *callProbe) {
 	return context.WithValue(ctx, probeKey{}, p), p
 }
 
+// probeTransport is a stdio transport whose connection fills the call's
+// probe: whether the call's request was written to the child.
+type probeTransport struct{ mcp.Transport }
+
+func (t *probeTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &probeConn{Connection: conn}, nil
+}
+
+type probeConn struct{ mcp.Connection }
+
+// Write writes msg, and records in the call's probe, for the call's
+// request, that it was attempted and, once the write succeeded, written:
+// a call refused before (a session closed, a broken pipe) sent nothing.
+func (c *probeConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	p, _ := ctx.Value(probeKey{}).(*callProbe)
+	if req, ok := msg.(*jsonrpc.Request); !ok || !req.IsCall() || p == nil {
+		return c.Connection.Write(ctx, msg)
+	}
+	p.mu.Lock()
+	mine := !p.attempted
+	p.attempted = true
+	p.mu.Unlock()
+	err := c.Connection.Write(ctx, msg)
+	if mine && err == nil {
+		p.mu.Lock()
+		p.written = true
+		p.mu.Unlock()
+	}
+	return err
+}
+
 // upstreamRoundTripper sets the declared headers and fills the call's
 // probe.
 type upstreamRoundTripper struct {
@@ -362,9 +398,18 @@ func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 	}
 	p, _ := req.Context().Value(probeKey{}).(*callProbe)
 	if p != nil && req.Method == http.MethodPost {
+		// The call's own POST is the first under its context; a later one
+		// (the notification cancelling it, sent under the same context) is
+		// another request, whose answer says nothing of the call's.
 		p.mu.Lock()
+		mine := !p.attempted
 		p.attempted = true
 		p.mu.Unlock()
+		if !mine {
+			p = nil
+		}
+	}
+	if p != nil && req.Method == http.MethodPost {
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 			WroteRequest: func(info httptrace.WroteRequestInfo) {
 				if info.Err == nil {

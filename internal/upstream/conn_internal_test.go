@@ -2,15 +2,21 @@ package upstream
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
 )
 
@@ -99,4 +105,63 @@ func (b *syncBuffer) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Len()
+}
+
+// A stdio call refused before it was written (here, on a session already
+// closed) sent nothing: not_sent, not an ambiguous lost outcome.
+func TestStdioCallNotWrittenIsNotSent(t *testing.T) {
+	t.Parallel()
+	f, err := ParseFile("effects.yaml", []byte(childFile("    connect_timeout: 20s\n")), &declared.Config{LookupEnv: func(n string) (string, bool) {
+		return "1", n == "CHILD"
+	}})
+	require.NoError(t, err)
+	c := NewConn(f.Upstreams[0], nil)
+	t.Cleanup(c.Close)
+	m, s, release, err := c.acquire(context.Background())
+	require.NoError(t, err)
+	release()
+	require.NoError(t, s.Close())
+	// The session's end is noticed by a goroutine; here a call takes the
+	// session before it is.
+	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.gone }, 10*time.Second, 10*time.Millisecond)
+	m.mu.Lock()
+	m.gone = false
+	m.mu.Unlock()
+
+	tool := &Tool{conn: c, locked: &LockedTool{Name: "write"}, name: "up_write", guarantee: effects.GuaranteeAtMostOnce}
+	_, err = tool.Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{"text":"a"}`), ProviderKey: "pk"})
+	class, code := effects.Classify(err)
+	require.Equal(t, effects.ClassNotSent, class, err.Error())
+	require.Equal(t, CodeUpstreamUnavailable, code)
+}
+
+// The HTTP probe takes the call's own answer: a later request under the
+// call's context (the notification cancelling it) answered 401 says
+// nothing of the call, which may have acted.
+func TestHTTPProbeTakesTheCallsAnswer(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1) > 1 {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(hs.Close)
+	f, err := ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"{env.URL}\"\n"), &declared.Config{LookupEnv: func(n string) (string, bool) {
+		return hs.URL, n == "URL"
+	}})
+	require.NoError(t, err)
+	rt := &upstreamRoundTripper{u: f.Upstreams[0], base: http.DefaultTransport}
+	ctx, probe := withProbe(context.Background())
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL, strings.NewReader("{}"))
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+	}
+	require.Equal(t, http.StatusOK, probe.status)
+	require.True(t, probe.written)
 }

@@ -517,6 +517,12 @@ func (c *Conn) call(ctx context.Context, tool string, args map[string]any, g eff
 	attempted, written, status, retryAfter := probe.attempted, probe.written, probe.status, probe.retryAfter
 	probe.mu.Unlock()
 	text := c.u.scrub(err.Error())
+	if c.u.Stdio() && !written {
+		// Refused before the child could read it: the session was closed,
+		// or the pipe broken before the write.
+		m.markGoneIfClosed(s)
+		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, fmt.Errorf("upstream %s: the request was not written: %s", c.u.name, text))
+	}
 	if !c.u.Stdio() {
 		switch {
 		case !attempted || !written:
