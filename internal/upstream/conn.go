@@ -177,7 +177,7 @@ func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
 }
 
 // dial starts a child (stdio) or opens an HTTP session.
-func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) {
+func (c *Conn) dial(ctx context.Context, m *member) (s *mcp.ClientSession, err error) {
 	var transport mcp.Transport
 	if c.u.Stdio() {
 		cmd, err := c.command(m)
@@ -190,9 +190,15 @@ func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) 
 		if err != nil {
 			return nil, err
 		}
+		watch := &standaloneWatch{m: m}
+		defer func() {
+			if s != nil {
+				watch.session.Store(s)
+			}
+		}()
 		transport = &mcp.StreamableClientTransport{
 			Endpoint:   endpoint,
-			HTTPClient: &http.Client{Transport: &upstreamRoundTripper{u: c.u, base: http.DefaultTransport}, CheckRedirect: noRedirects},
+			HTTPClient: &http.Client{Transport: &upstreamRoundTripper{u: c.u, base: http.DefaultTransport, standalone: watch}, CheckRedirect: noRedirects},
 			// A resumed stream could replay nothing the caller needs, and a
 			// retried POST would be a second call: the outcome is classified
 			// instead.
@@ -201,6 +207,53 @@ func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) 
 		}
 	}
 	return c.client.Connect(ctx, transport, nil)
+}
+
+// standaloneWatch keeps an HTTP session's calls alive when the upstream
+// ends the session's standalone SSE stream (the GET that carries its
+// notifications). The SDK, allowed no reconnection (a resumed stream could
+// replay nothing a call needs), would fail the whole session, and with it
+// every call in flight, though each call has its own response stream that
+// decides it. Instead the ended stream is held open towards the SDK, and
+// the session is retired: the next call opens a new one, with a new
+// stream, and the old one is closed once its calls had their timeout.
+type standaloneWatch struct {
+	m       *member
+	session atomic.Pointer[mcp.ClientSession]
+	ended   atomic.Bool
+}
+
+// end retires the watched session, once.
+func (w *standaloneWatch) end() {
+	s := w.session.Load()
+	if s == nil || w.ended.Swap(true) {
+		return
+	}
+	w.m.mu.Lock()
+	if w.m.session == s {
+		w.m.gone = true
+	}
+	w.m.mu.Unlock()
+	time.AfterFunc(w.m.conn.u.timeout+pingTimeout, func() { _ = s.Close() })
+}
+
+// heldBody is a standalone stream's body that, once the upstream ended it,
+// blocks until the session closes (the request's context ends) rather
+// than tell the SDK the stream ended.
+type heldBody struct {
+	io.ReadCloser
+	ctx   context.Context
+	watch *standaloneWatch
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == nil || n > 0 || b.ctx.Err() != nil {
+		return n, err
+	}
+	b.watch.end()
+	<-b.ctx.Done()
+	return 0, err
 }
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -385,6 +438,9 @@ func (c *probeConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 type upstreamRoundTripper struct {
 	u    *Upstream
 	base http.RoundTripper
+	// standalone watches the session's standalone SSE stream; nil for
+	// none.
+	standalone *standaloneWatch
 }
 
 func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -421,6 +477,10 @@ func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 		}))
 	}
 	resp, err := t.base.RoundTrip(req)
+	if t.standalone != nil && err == nil && req.Method == http.MethodGet && req.Header.Get("Last-Event-ID") == "" &&
+		resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = &heldBody{ReadCloser: resp.Body, ctx: req.Context(), watch: t.standalone}
+	}
 	if p != nil && resp != nil && req.Method == http.MethodPost {
 		p.mu.Lock()
 		p.status = resp.StatusCode

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,4 +214,46 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// An HTTP upstream that closes its standalone SSE stream (the GET a
+// session keeps open for notifications) does not fail the calls in
+// flight: each call's own response stream decides it.
+func TestUpstreamStandaloneStreamClosed(t *testing.T) {
+	t.Parallel()
+	inCall := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := mcp.NewServer(&mcp.Implementation{Name: "closing", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "write", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			select {
+			case inCall <- struct{}{}:
+			default:
+			}
+			<-release
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "written"}}}, nil
+		})
+	var closeGET atomic.Bool
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && closeGET.Load() {
+			// The stream opens, then the upstream ends it once a call runs.
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			select {
+			case <-inCall:
+			case <-r.Context().Done():
+			}
+			close(release)
+			return
+		}
+		mcpHandler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	c := bindServed(t, "upstreams:\n  up:\n    url: \"{env.URL}\"\n    connect_timeout: 5s\n    timeout: 10s\n    tools:\n      write: {guarantee: at_most_once}\n", hs.URL)
+	closeGET.Store(true)
+	res, err := recordedTool(t, c, "up_write").Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{}`), ProviderKey: "pk"})
+	require.NoError(t, err)
+	require.Contains(t, string(res), "written")
 }
