@@ -61,6 +61,11 @@ type Request struct {
 	// ProviderKey is the stable key to send to the provider: the same for
 	// every attempt of one intent, and free of the caller's key and arguments.
 	ProviderKey string
+	// LastAttemptEnd is, for a look-up, when the attempt before ended (its
+	// finish, or its lease's end when its outcome was lost): any request it
+	// sent was sent by then, so a provider whose reads lag its writes is
+	// read from then. Zero when unknown.
+	LastAttemptEnd time.Time
 }
 
 // Effect is a named kind of side effect. Implementations must be safe for

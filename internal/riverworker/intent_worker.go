@@ -255,6 +255,9 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		)
 		if rr, ok := effect.(effects.RequestReconciler); ok {
 			req := &effects.Request{Args: c.Args, Attempt: c.Attempt, IntentID: c.ID, Namespace: c.Namespace, ProviderKey: c.ProviderKey}
+			if c.SinceLastEnd > 0 {
+				req.LastAttemptEnd = time.Now().Add(-c.SinceLastEnd)
+			}
 			result, found, err = rr.LookupRequest(lookupCtx, req, c.CreatedAt)
 		} else {
 			result, found, err = reconciler.Lookup(lookupCtx, c.ProviderKey)

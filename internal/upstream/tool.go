@@ -672,10 +672,20 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 	}
 	if !found {
 		// An upstream whose reads lag its writes: "not found" counts only
-		// once settle passed since the last send could have ended. The
-		// intent's creation plus the call's timeout bounds the first
-		// attempt's send; later attempts are looked up before they send.
-		if t.decl.settle > 0 && !createdAt.IsZero() && time.Since(createdAt) < t.decl.settle+t.conn.u.timeout {
+		// once settle passed since the last attempt that may have sent
+		// ended, whenever it was sent (after an approval, a backlog,
+		// not_sent retries). Without that attempt's end, the intent's
+		// creation plus the call's timeout bounds a first attempt's send.
+		var since time.Duration
+		switch {
+		case !req.LastAttemptEnd.IsZero():
+			since = time.Since(req.LastAttemptEnd)
+		case !createdAt.IsZero():
+			since = time.Since(createdAt) - t.conn.u.timeout
+		default:
+			since = t.decl.settle
+		}
+		if since < t.decl.settle {
 			return nil, false, failed("not found yet; settling for %s", t.decl.settle)
 		}
 		return nil, false, nil

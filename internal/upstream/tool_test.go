@@ -257,3 +257,46 @@ func TestUpstreamStandaloneStreamClosed(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(res), "written")
 }
+
+// settle counts from the end of the last attempt that may have sent, not
+// from the intent's creation: a call sent late (after an approval, a
+// backlog, not_sent retries) still gets its settle time.
+func TestUpstreamSettleFromLastAttempt(t *testing.T) {
+	t.Parallel()
+	notes := &notesServer{}
+	file := `upstreams:
+  notes:
+    url: "{env.URL}"
+    connect_timeout: 5s
+    timeout: 2s
+    tools:
+      create_note:
+        guarantee: reconcilable
+        marker: {arg: body, append: " <!-- {provider_key} -->"}
+        lookup:
+          tool: get_notes
+          found: result.content[0].text.contains(provider_key)
+          missing: "!result.content[0].text.contains(provider_key)"
+        settle: 30s
+`
+	c := bindServed(t, file, serveHTTP(t, notes.server()))
+	tool := recordedTool(t, c, "notes_create_note")
+	createdAt := time.Now().Add(-time.Hour)
+
+	// Sent just now, an hour after the intent was created: not settled.
+	req := &effects.Request{Args: json.RawMessage(`{"body":"late"}`), ProviderKey: "pk-late", LastAttemptEnd: time.Now().Add(-time.Second)}
+	_, found, err := tool.LookupRequest(context.Background(), req, createdAt)
+	require.False(t, found)
+	require.ErrorContains(t, err, "settling for 30s")
+
+	// Settled since the last attempt ended: not found is not found.
+	req.LastAttemptEnd = time.Now().Add(-time.Minute)
+	_, found, err = tool.LookupRequest(context.Background(), req, createdAt)
+	require.NoError(t, err)
+	require.False(t, found)
+
+	// Without the attempt's end, the creation plus the timeout bounds it.
+	req.LastAttemptEnd = time.Time{}
+	_, _, err = tool.LookupRequest(context.Background(), req, time.Now())
+	require.ErrorContains(t, err, "settling")
+}
