@@ -122,6 +122,19 @@ type Declarer interface {
 	DeclarationSHA256() string
 }
 
+// Reserver is implemented by effects whose attempt needs something taken
+// before the intent is claimed: a recorded MCP upstream tool's call slot
+// and session (a child started, an HTTP session opened). The worker calls
+// Reserve before the claim and release once the attempt is over, and
+// passes the returned context to the attempt's look-up and Execute. A
+// wait or a crash while reserving then leaves nothing claimed (no intent
+// running with nothing sent), and the wait eats neither the attempt's
+// timeout nor an attempt. A reservation that fails is carried in the
+// context: Execute answers not_sent for it.
+type Reserver interface {
+	Reserve(ctx context.Context) (reserved context.Context, release func())
+}
+
 // AlwaysClaimer is implemented by effects whose every attempt is claimed
 // (committed running, with its lease) before the provider is called, and
 // never run in a batch job, whatever the guarantee: a recorded MCP upstream

@@ -145,6 +145,40 @@ func (c *Conn) acquire(ctx context.Context) (*member, *mcp.ClientSession, func()
 	return m, s, release, nil
 }
 
+// reservation is a slot and session taken before an attempt's claim
+// (Reserve), or why none could be.
+type reservation struct {
+	conn *Conn
+	m    *member
+	s    *mcp.ClientSession
+	err  error
+}
+
+type reservationKey struct{}
+
+// reserve takes a slot and a session for the calls made under the
+// returned context (an attempt's look-up, then its call), until release.
+func (c *Conn) reserve(ctx context.Context) (context.Context, func()) {
+	m, s, release, err := c.acquire(ctx)
+	if err != nil {
+		release = func() {}
+	}
+	return context.WithValue(ctx, reservationKey{}, &reservation{conn: c, m: m, s: s, err: err}), release
+}
+
+// take returns the slot and session reserved in ctx for c, or acquires
+// them.
+func (c *Conn) take(ctx context.Context) (*member, *mcp.ClientSession, func(), error) {
+	if r, ok := ctx.Value(reservationKey{}).(*reservation); ok && r.conn == c {
+		if r.err != nil {
+			return nil, nil, nil, r.err
+		}
+		// The reservation's owner releases the slot.
+		return r.m, r.s, func() {}, nil
+	}
+	return c.acquire(ctx)
+}
+
 // connect returns the member's session, starting it if there is none (and
 // the backoff allows).
 func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {

@@ -165,3 +165,46 @@ func TestHTTPProbeTakesTheCallsAnswer(t *testing.T) {
 	require.Equal(t, http.StatusOK, probe.status)
 	require.True(t, probe.written)
 }
+
+// A recorded tool's slot and session are reserved before the claim: a
+// child slow to start is started by Reserve, and the call made under the
+// reservation spends none of its time on the start.
+func TestReserveStartsChildBeforeCall(t *testing.T) {
+	t.Parallel()
+	f, err := ParseFile("effects.yaml", []byte(childFile("    connect_timeout: 20s\n    max_in_flight: 1\n")), &declared.Config{LookupEnv: func(n string) (string, bool) {
+		return "1500ms", n == "CHILD"
+	}})
+	require.NoError(t, err)
+	c := NewConn(f.Upstreams[0], nil)
+	t.Cleanup(c.Close)
+	tool := &Tool{conn: c, locked: &LockedTool{Name: "write"}, name: "up_write", guarantee: effects.GuaranteeAtMostOnce}
+
+	start := time.Now()
+	ctx, release := tool.Reserve(context.Background())
+	require.GreaterOrEqual(t, time.Since(start), 1500*time.Millisecond, "the child started during Reserve")
+	callCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = tool.Execute(callCtx, &effects.Request{Args: json.RawMessage(`{"text":"a"}`), ProviderKey: "pk"})
+	require.NoError(t, err)
+	// The lone slot is the reservation's until released.
+	_, _, _, err = c.acquire(ctxWithTimeout(t, 200*time.Millisecond))
+	require.Error(t, err)
+	release()
+	_, _, rel, err := c.acquire(ctxWithTimeout(t, 5*time.Second))
+	require.NoError(t, err)
+	rel()
+
+	// A reservation that failed is carried to the call: not_sent.
+	c.Close()
+	ctx, release = tool.Reserve(context.Background())
+	defer release()
+	_, err = tool.Execute(ctx, &effects.Request{Args: json.RawMessage(`{"text":"a"}`), ProviderKey: "pk"})
+	class, _ := effects.Classify(err)
+	require.Equal(t, effects.ClassNotSent, class)
+}
+
+func ctxWithTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

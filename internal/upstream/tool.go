@@ -60,6 +60,7 @@ var (
 	_ effects.QueueSizer          = (*Tool)(nil)
 	_ effects.Reconciler          = (*Tool)(nil)
 	_ effects.RequestReconciler   = (*Tool)(nil)
+	_ effects.Reserver            = (*Tool)(nil)
 	_ effects.ToolNamer           = (*Tool)(nil)
 	_ effects.UpstreamTooler      = (*Tool)(nil)
 )
@@ -237,6 +238,13 @@ func (t *Tool) callArgs(args json.RawMessage, providerKey string) (map[string]an
 		m[mk.arg] = s
 	}
 	return m, nil
+}
+
+// Reserve implements effects.Reserver: a call slot and a session of the
+// tool's upstream (the child started, or the HTTP session opened), taken
+// before the worker claims the intent, for the attempt's look-up and call.
+func (t *Tool) Reserve(ctx context.Context) (context.Context, func()) {
+	return t.conn.reserve(ctx)
 }
 
 // Execute implements effects.Effect: one call of the upstream tool.
@@ -482,7 +490,7 @@ func binaryBlock(kind, mime string, data []byte) map[string]any {
 // or a JSON-RPC error is returned for classification; anything else is a
 // classified error.
 func (c *Conn) call(ctx context.Context, tool string, args map[string]any, g effects.Guarantee) (*mcp.CallToolResult, *jsonrpc.Error, error) {
-	m, s, release, err := c.acquire(ctx)
+	m, s, release, err := c.take(ctx)
 	if err != nil {
 		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, err)
 	}
