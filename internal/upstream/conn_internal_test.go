@@ -208,3 +208,20 @@ func ctxWithTimeout(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// A real child that writes a stderr line over 64 KB keeps answering: its
+// stderr is read whatever the lines' length.
+func TestChildStderrLongLineKeepsAnswering(t *testing.T) {
+	t.Parallel()
+	f, err := ParseFile("effects.yaml", []byte(childFile("    timeout: 5s\n    connect_timeout: 20s\n")), &declared.Config{LookupEnv: func(n string) (string, bool) {
+		return "1", n == "CHILD"
+	}})
+	require.NoError(t, err)
+	c := NewConn(f.Upstreams[0], nil)
+	t.Cleanup(c.Close)
+	tool := &Tool{conn: c, locked: &LockedTool{Name: "write"}, name: "up_write", guarantee: effects.GuaranteeAtMostOnce}
+	for i := range 3 {
+		_, err := tool.Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{"text":"a","stderr":300000}`), ProviderKey: "pk"})
+		require.NoError(t, err, "call %d", i)
+	}
+}
