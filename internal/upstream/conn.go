@@ -250,7 +250,7 @@ func (c *Conn) dial(ctx context.Context, m *member) (s *mcp.ClientSession, err e
 // every call in flight, though each call has its own response stream that
 // decides it. Instead the ended stream is held open towards the SDK, and
 // the session is retired: the next call opens a new one, with a new
-// stream, and the old one is closed once its calls had their timeout.
+// stream, and the old one is closed once its calls had their time.
 type standaloneWatch struct {
 	m       *member
 	session atomic.Pointer[mcp.ClientSession]
@@ -268,7 +268,10 @@ func (w *standaloneWatch) end() {
 		w.m.gone = true
 	}
 	w.m.mu.Unlock()
-	time.AfterFunc(w.m.conn.u.timeout+pingTimeout, func() { _ = s.Close() })
+	// An attempt that reserved the session before the stream ended may
+	// still look up and then call on it: each within the timeout.
+	u := w.m.conn.u
+	time.AfterFunc(2*u.timeout+u.connectTimeout+pingTimeout, func() { _ = s.Close() })
 }
 
 // heldBody is a standalone stream's body that, once the upstream ended it,

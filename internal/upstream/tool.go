@@ -693,7 +693,7 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 		default:
 			since = t.decl.settle
 		}
-		if since < t.decl.settle {
+		if t.decl.settle > 0 && since < t.decl.settle {
 			return nil, false, failed("not found yet; settling for %s", t.decl.settle)
 		}
 		return nil, false, nil
