@@ -72,6 +72,12 @@ type Request struct {
 	// returns: a later attempt, on any replica, gets it as Checkpoint. An
 	// error means it was not recorded.
 	CheckpointFunc func(ctx context.Context, checkpoint json.RawMessage) error
+
+	// LastAttemptEnd is, for a look-up, when the attempt before ended (its
+	// finish, or its lease's end when its outcome was lost): any request it
+	// sent was sent by then, so a provider whose reads lag its writes is
+	// read from then. Zero when unknown.
+	LastAttemptEnd time.Time
 }
 
 // Effect is a named kind of side effect. Implementations must be safe for
@@ -137,6 +143,19 @@ type RequestReconciler interface {
 // provider key with a different request could act twice.
 type Declarer interface {
 	DeclarationSHA256() string
+}
+
+// Reserver is implemented by effects whose attempt needs something taken
+// before the intent is claimed: a recorded MCP upstream tool's call slot
+// and session (a child started, an HTTP session opened). The worker calls
+// Reserve before the claim and release once the attempt is over, and
+// passes the returned context to the attempt's look-up and Execute. A
+// wait or a crash while reserving then leaves nothing claimed (no intent
+// running with nothing sent), and the wait eats neither the attempt's
+// timeout nor an attempt. A reservation that fails is carried in the
+// context: Execute answers not_sent for it.
+type Reserver interface {
+	Reserve(ctx context.Context) (reserved context.Context, release func())
 }
 
 // AlwaysClaimer is implemented by effects whose every attempt is claimed

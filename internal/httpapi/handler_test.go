@@ -472,6 +472,35 @@ func TestWait(t *testing.T) {
 		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 	})
 
+	// A wait that ends first answers the intent as it stands at its end,
+	// not as read before: here it changed without waking the wait.
+	t.Run("EndsFirstAsItStands", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		require.Equal(t, http.StatusCreated, bundle.enqueue(t, "r", `{"effect": "noop", "args": {}}`).status)
+		done := make(chan *response, 1)
+		go func() {
+			done <- bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/r?wait=2s", token: tokenAlpha})
+		}()
+		listen := "LISTEN " + pgx.Identifier{bundle.schema + ".intent_changed"}.Sanitize()
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, bundle.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n))
+			return n == 1
+		}, 10*time.Second, 10*time.Millisecond)
+		// A claim, without its notification, once the wait surely read the
+		// intent after listening (the read right after LISTEN would see it).
+		time.Sleep(500 * time.Millisecond)
+		_, err := bundle.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{bundle.schema, "outbox_intent"}.Sanitize()+
+			` SET state = 'running', attempt = 1, lease_expires_at = now() + interval '1 minute' WHERE key = 'r'`)
+		require.NoError(t, err)
+		resp := <-done
+		require.Equal(t, http.StatusOK, resp.status)
+		intent := decode[outbox.Intent](t, resp)
+		require.Equal(t, outbox.StateRunning, intent.State)
+		require.Equal(t, 1, intent.Attempts)
+	})
+
 	// 200 waits in one namespace do not delay another namespace's wait on
 	// a finished intent: a wait reads first, and each namespace has its own
 	// share of the cap.

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -54,9 +53,9 @@ func (h *Handler) readIntent(ctx context.Context, namespace, key string, wait ti
 	if err == nil || ctx.Err() != nil || waitCtx.Err() == nil {
 		return intent, err
 	}
-	if intent != nil && errors.Is(err, context.DeadlineExceeded) {
-		return intent, nil
-	}
+	// The wait ended, not the request: answer the intent as it stands
+	// now. What the wait last read may be older (a claim, an attempt
+	// wakes no wait).
 	return h.client.Get(ctx, namespace, key)
 }
 

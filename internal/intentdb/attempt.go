@@ -17,7 +17,7 @@ func (q *Queries) renderAttempt(r func(string) string) {
 	// another claim or finish just changed is judged by its new state.
 	q.sqlClaim = r(`
 		WITH old AS (
-			SELECT id, state, declaration_sha256
+			SELECT id, state, declaration_sha256, updated_at, lease_expires_at
 			FROM {{schema}}.outbox_intent
 			WHERE id = ANY($1::bigint[])
 			  AND (state = 'pending' OR (state = 'running' AND coalesce(lease_expires_at, '-infinity') <= now()))
@@ -37,7 +37,11 @@ func (q *Queries) renderAttempt(r func(string) string) {
 			WHERE t.id = old.id
 			RETURNING t.id, t.attempt, t.args, t.created_at, t.effect, t.maybe_sent, t.namespace, old.state, t.provider_key,
 			          extract(epoch FROM now() - t.created_at)::float8 AS age, coalesce(old.declaration_sha256, ''),
-			          coalesce(t.traceparent, '')
+			          coalesce(t.traceparent, ''),
+			          -- When the attempt before ended: its finish (the row's
+			          -- last change), or its lease's end when its outcome was
+			          -- lost.
+			          coalesce(extract(epoch FROM now() - greatest(old.updated_at, old.lease_expires_at))::float8, 0) AS since_last_end
 		), notified AS (
 			-- One notification per chunk of ids rather than per intent:
 			-- listeners wake once per batch.
@@ -117,6 +121,11 @@ type AttemptRow struct {
 	// (a declared effect's), before this claim; empty when none was
 	// recorded.
 	DeclarationSHA256 string
+	// SinceLastEnd is how long before the claim, on the database's clock,
+	// the attempt before it ended: its finish, or its lease's end when its
+	// outcome was lost (for a first attempt, the row's last change). A
+	// look-up's settle counts from it: a send ends by then. Claim only.
+	SinceLastEnd time.Duration
 	// Traceparent is the W3C traceparent of the span the intent was
 	// enqueued in, for the attempt's span to link to; empty when none was
 	// recorded.
@@ -133,10 +142,11 @@ func (q *Queries) Claim(ctx context.Context, db Querier, ids []int64, lease time
 	rows, _ := db.Query(ctx, q.sqlClaim, ids, lease, decls)
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*AttemptRow, error) {
 		var a AttemptRow
-		var age float64
+		var age, sinceLastEnd float64
 		var notified int64
-		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &age, &a.DeclarationSHA256, &a.Traceparent, &notified)
-		a.Age = seconds(age)
+		err := row.Scan(&a.ID, &a.Attempt, &a.Args, &a.CreatedAt, &a.Effect, &a.MaybeSent, &a.Namespace, &a.State, &a.ProviderKey, &age, &a.DeclarationSHA256, &a.Traceparent,
+			&sinceLastEnd, &notified)
+		a.Age, a.SinceLastEnd = seconds(age), seconds(sinceLastEnd)
 		return &a, err
 	})
 	return byID(claimed), err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -130,10 +129,9 @@ func (s *server) readIntent(ctx context.Context, key string, wait time.Duration)
 	if err == nil || ctx.Err() != nil || waitCtx.Err() == nil {
 		return intent, err
 	}
-	// The wait ended, not the call: answer the intent as it stands.
-	if intent != nil && errors.Is(err, context.DeadlineExceeded) {
-		return intent, nil
-	}
+	// The wait ended, not the call: answer the intent as it stands now.
+	// What the wait last read may be older (a claim, an attempt wakes no
+	// wait).
 	return s.client.Get(ctx, s.namespace, key)
 }
 

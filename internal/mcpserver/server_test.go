@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -439,6 +440,31 @@ func TestGetIntent(t *testing.T) {
 		// answers it as it stands.
 		intent := call[outbox.Intent](t, cs, "get_intent", map[string]any{"key": "wait-2", "wait_seconds": 0.2})
 		require.Equal(t, outbox.StatePending, intent.State)
+	})
+
+	// A wait that ends first answers the intent as it stands at its end,
+	// not as the wait last read it: here the intent is claimed during the
+	// wait, which wakes no waiter.
+	t.Run("WaitEndsFirstAsItStands", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		cs := bundle.connect(t, &mcpserver.Config{WaitFunc: func(ctx context.Context, namespace, key string) (*outbox.Intent, error) {
+			intent, err := bundle.client.Get(ctx, namespace, key)
+			if err != nil {
+				return nil, err
+			}
+			_, err = bundle.pool.Exec(ctx, `UPDATE `+pgx.Identifier{bundle.schema, "outbox_intent"}.Sanitize()+
+				` SET state = 'running', attempt = 1, lease_expires_at = now() + interval '1 minute' WHERE key = $1`, key)
+			if err != nil {
+				return nil, err
+			}
+			<-ctx.Done()
+			return intent, ctx.Err()
+		}})
+		call[answer](t, cs, "charge_card", charge("idempotency_key", "wait-3"))
+		intent := call[outbox.Intent](t, cs, "get_intent", map[string]any{"key": "wait-3", "wait_seconds": 0.2})
+		require.Equal(t, outbox.StateRunning, intent.State)
+		require.Equal(t, 1, intent.Attempts)
 	})
 
 	t.Run("NoWait", func(t *testing.T) {

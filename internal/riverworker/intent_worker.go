@@ -202,6 +202,17 @@ type jobRef struct {
 
 // work runs one attempt of an intent for job.
 func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
+	// What the attempt needs of the provider (an upstream's slot and
+	// session) is taken before the claim: a slow start or a crash during
+	// it leaves the intent unclaimed, and the wait eats no attempt's
+	// timeout.
+	if e, ok := w.effects.Get(job.effect); ok {
+		if r, ok := e.(effects.Reserver); ok {
+			var release func()
+			ctx, release = r.Reserve(ctx)
+			defer release()
+		}
+	}
 	c, err := w.begin(ctx, job)
 	if c == nil || err != nil {
 		return err
@@ -272,6 +283,9 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		)
 		if rr, ok := effect.(effects.RequestReconciler); ok {
 			req := &effects.Request{Args: c.Args, Attempt: c.Attempt, IntentID: c.ID, Namespace: c.Namespace, ProviderKey: c.ProviderKey}
+			if c.SinceLastEnd > 0 {
+				req.LastAttemptEnd = time.Now().Add(-c.SinceLastEnd)
+			}
 			result, found, err = rr.LookupRequest(lookupCtx, req, c.CreatedAt)
 		} else {
 			result, found, err = reconciler.Lookup(lookupCtx, c.ProviderKey)

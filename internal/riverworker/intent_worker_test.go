@@ -850,3 +850,73 @@ func TestIntentWorkerDeclarationChanged(t *testing.T) {
 		})
 	}
 }
+
+// reservingEffect is an always-claimed testEffect that reserves what its
+// attempt needs (as an MCP upstream tool takes a slot and a session), and
+// records the intent's state when it does.
+type reservingEffect struct {
+	*testEffect
+	pool     *pgxpool.Pool
+	schema   string
+	mu       sync.Mutex
+	seen     []string
+	released int
+}
+
+type reservedKey struct{}
+
+func (e *reservingEffect) AlwaysClaim() bool { return true }
+
+func (e *reservingEffect) Reserve(ctx context.Context) (context.Context, func()) {
+	var state string
+	_ = e.pool.QueryRow(ctx, `SELECT state FROM `+pgx.Identifier{e.schema, "outbox_intent"}.Sanitize()+` LIMIT 1`).Scan(&state)
+	e.mu.Lock()
+	e.seen = append(e.seen, state)
+	e.mu.Unlock()
+	return context.WithValue(ctx, reservedKey{}, true), func() {
+		e.mu.Lock()
+		e.released++
+		e.mu.Unlock()
+	}
+}
+
+// What an attempt needs of its provider is reserved before the claim: a
+// crash or a long wait while reserving leaves the intent pending, with
+// nothing claimed; the call runs under the reservation, which is released
+// after the attempt.
+func TestIntentWorkerReservesBeforeClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.MigratedSchema(t)
+	effect := &reservingEffect{testEffect: &testEffect{guarantee: effects.GuaranteeAtMostOnce, acted: map[string]int{}}, pool: pool, schema: schema}
+	var reservedInCall atomic.Bool
+	effect.execute = func(ctx context.Context, _ *effects.Request, act func()) (json.RawMessage, error) {
+		reservedInCall.Store(ctx.Value(reservedKey{}) != nil)
+		act()
+		return json.RawMessage(`{}`), nil
+	}
+	reg, err := effects.NewRegistry(effect)
+	require.NoError(t, err)
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+	require.NoError(t, err)
+	worker, err := riverworker.NewIntentWorker(pool, &riverworker.IntentWorkerConfig{Effects: reg, Schema: schema})
+	require.NoError(t, err)
+	worker.Start()
+	defer worker.Stop()
+
+	res, err := client.EnqueueTx(ctx, pool, &outbox.EnqueueParams{Key: "r", Effect: "test", Args: map[string]any{}})
+	require.NoError(t, err)
+	job := &river.Job[workers.IntentArgs]{
+		JobRow: &rivertype.JobRow{ID: res.Intent.ID, Attempt: 1, Queue: "test"},
+		Args:   workers.IntentArgs{IntentID: res.Intent.ID},
+	}
+	require.NoError(t, worker.Work(ctx, job))
+	effect.mu.Lock()
+	defer effect.mu.Unlock()
+	require.Equal(t, []string{"pending"}, effect.seen, "reserved before the claim")
+	require.True(t, reservedInCall.Load(), "the call runs under the reservation")
+	require.Equal(t, 1, effect.released)
+	got, err := client.Get(ctx, "", "r")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StateSucceeded, got.State)
+}

@@ -96,7 +96,7 @@ func Bind(f *File, lock *Lock, config *BindConfig) (*Catalog, error) {
 			case ClassWithdrawn:
 				c.Warnings = append(c.Warnings, fmt.Sprintf("upstream %s: tool %s withdrawn: %s", u.name, lt.Name, lt.Withdrawn))
 			case ClassPassthrough:
-				c.Passthrough = append(c.Passthrough, &PassthroughTool{conn: conn, locked: lt, observe: cfg.ObserveCallFunc})
+				c.Passthrough = append(c.Passthrough, &PassthroughTool{conn: conn, locked: lt, observe: cfg.ObserveCallFunc, schema: u.cleanSchema(lt.InputSchema)})
 			case ClassRecorded:
 				t, err := newTool(conn, lt, u.toolDecl(lt.Name))
 				if err != nil {
@@ -112,14 +112,16 @@ func Bind(f *File, lock *Lock, config *BindConfig) (*Catalog, error) {
 
 // newTool builds a recorded tool from its pin and declaration.
 func newTool(conn *Conn, lt *LockedTool, decl *ToolDecl) (*Tool, error) {
-	t := &Tool{conn: conn, decl: decl, locked: lt, name: lt.Mirrored, guarantee: lt.Guarantee, description: lt.Description}
+	// The lock's text was cleaned when pinned; cleaned again for a lock
+	// written by hand or by an older version.
+	t := &Tool{conn: conn, decl: decl, locked: lt, name: lt.Mirrored, guarantee: lt.Guarantee, description: conn.u.cleanListing(lt.Description)}
 	if decl != nil && decl.description != "" {
 		t.description = cleanText(decl.description)
 	}
 	if t.description == "" {
 		t.description = "Calls " + lt.Name + " of " + conn.u.name + "."
 	}
-	schema := lt.InputSchema
+	schema := conn.u.cleanSchema(lt.InputSchema)
 	if decl != nil && decl.args != nil {
 		schema, _ = effectfile.MarshalJSON(effectfile.Plain(decl.args))
 	}
@@ -269,6 +271,8 @@ type PassthroughTool struct {
 	locked    *LockedTool
 	observe   func(upstream, tool, outcome string)
 	withdrawn atomic.Pointer[string]
+	// schema is the pinned input schema, cleaned for the model.
+	schema json.RawMessage
 }
 
 // Name is the mirrored name.
@@ -283,14 +287,17 @@ func (p *PassthroughTool) Description() string {
 	if d := p.conn.u.toolDecl(p.locked.Name); d != nil && d.description != "" {
 		return cleanText(d.description)
 	}
-	return p.locked.Description
+	return p.conn.u.cleanListing(p.locked.Description)
 }
 
-// InputSchema is the upstream's, unchanged.
-func (p *PassthroughTool) InputSchema() json.RawMessage { return p.locked.InputSchema }
+// InputSchema is the upstream's, its descriptions and titles cleaned and
+// capped.
+func (p *PassthroughTool) InputSchema() json.RawMessage { return p.schema }
 
-// Annotations are the upstream's.
-func (p *PassthroughTool) Annotations() *mcp.ToolAnnotations { return p.locked.Annotations }
+// Annotations are the upstream's, the title cleaned and capped.
+func (p *PassthroughTool) Annotations() *mcp.ToolAnnotations {
+	return p.conn.u.cleanAnnotations(p.locked.Annotations)
+}
 
 // Namespaces are the namespaces that see the tool; empty means all.
 func (p *PassthroughTool) Namespaces() []string { return p.conn.u.Namespaces() }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outbox-dev/outbox/internal/effectfile"
@@ -147,6 +148,40 @@ func (c *Conn) acquire(ctx context.Context) (*member, *mcp.ClientSession, func()
 	return m, s, release, nil
 }
 
+// reservation is a slot and session taken before an attempt's claim
+// (Reserve), or why none could be.
+type reservation struct {
+	conn *Conn
+	m    *member
+	s    *mcp.ClientSession
+	err  error
+}
+
+type reservationKey struct{}
+
+// reserve takes a slot and a session for the calls made under the
+// returned context (an attempt's look-up, then its call), until release.
+func (c *Conn) reserve(ctx context.Context) (context.Context, func()) {
+	m, s, release, err := c.acquire(ctx)
+	if err != nil {
+		release = func() {}
+	}
+	return context.WithValue(ctx, reservationKey{}, &reservation{conn: c, m: m, s: s, err: err}), release
+}
+
+// take returns the slot and session reserved in ctx for c, or acquires
+// them.
+func (c *Conn) take(ctx context.Context) (*member, *mcp.ClientSession, func(), error) {
+	if r, ok := ctx.Value(reservationKey{}).(*reservation); ok && r.conn == c {
+		if r.err != nil {
+			return nil, nil, nil, r.err
+		}
+		// The reservation's owner releases the slot.
+		return r.m, r.s, func() {}, nil
+	}
+	return c.acquire(ctx)
+}
+
 // connect returns the member's session, starting it if there is none (and
 // the backoff allows).
 func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
@@ -179,22 +214,28 @@ func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
 }
 
 // dial starts a child (stdio) or opens an HTTP session.
-func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) {
+func (c *Conn) dial(ctx context.Context, m *member) (s *mcp.ClientSession, err error) {
 	var transport mcp.Transport
 	if c.u.Stdio() {
 		cmd, err := c.command(m)
 		if err != nil {
 			return nil, err
 		}
-		transport = taskTransport{&mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}}
+		transport = taskTransport{&probeTransport{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}}}
 	} else {
 		endpoint, _, err := c.u.url.RenderString(&effectfile.RenderCtx{Env: c.u.resolved})
 		if err != nil {
 			return nil, err
 		}
+		watch := &standaloneWatch{m: m}
+		defer func() {
+			if s != nil {
+				watch.session.Store(s)
+			}
+		}()
 		transport = &mcp.StreamableClientTransport{
 			Endpoint:   endpoint,
-			HTTPClient: &http.Client{Transport: &upstreamRoundTripper{u: c.u, base: http.DefaultTransport}, CheckRedirect: noRedirects},
+			HTTPClient: &http.Client{Transport: &upstreamRoundTripper{u: c.u, base: http.DefaultTransport, standalone: watch}, CheckRedirect: noRedirects},
 			// A resumed stream could replay nothing the caller needs, and a
 			// retried POST would be a second call: the outcome is classified
 			// instead.
@@ -203,6 +244,56 @@ func (c *Conn) dial(ctx context.Context, m *member) (*mcp.ClientSession, error) 
 		}
 	}
 	return c.client.Connect(ctx, transport, nil)
+}
+
+// standaloneWatch keeps an HTTP session's calls alive when the upstream
+// ends the session's standalone SSE stream (the GET that carries its
+// notifications). The SDK, allowed no reconnection (a resumed stream could
+// replay nothing a call needs), would fail the whole session, and with it
+// every call in flight, though each call has its own response stream that
+// decides it. Instead the ended stream is held open towards the SDK, and
+// the session is retired: the next call opens a new one, with a new
+// stream, and the old one is closed once its calls had their time.
+type standaloneWatch struct {
+	m       *member
+	session atomic.Pointer[mcp.ClientSession]
+	ended   atomic.Bool
+}
+
+// end retires the watched session, once.
+func (w *standaloneWatch) end() {
+	s := w.session.Load()
+	if s == nil || w.ended.Swap(true) {
+		return
+	}
+	w.m.mu.Lock()
+	if w.m.session == s {
+		w.m.gone = true
+	}
+	w.m.mu.Unlock()
+	// An attempt that reserved the session before the stream ended may
+	// still look up and then call on it: each within the timeout.
+	u := w.m.conn.u
+	time.AfterFunc(2*u.timeout+u.connectTimeout+pingTimeout, func() { _ = s.Close() })
+}
+
+// heldBody is a standalone stream's body that, once the upstream ended it,
+// blocks until the session closes (the request's context ends) rather
+// than tell the SDK the stream ended.
+type heldBody struct {
+	io.ReadCloser
+	ctx   context.Context
+	watch *standaloneWatch
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == nil || n > 0 || b.ctx.Err() != nil {
+		return n, err
+	}
+	b.watch.end()
+	<-b.ctx.Done()
+	return 0, err
 }
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -226,6 +317,8 @@ func (c *Conn) command(m *member) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("command %s: %w", c.u.command[0], err)
 	}
 	cmd := exec.Command(path, c.u.command[1:]...) //nolint:gosec // argv is the operator's file, never an argument of a call
+	// Never nil: exec.Cmd's nil Env is the parent's whole environment.
+	cmd.Env = []string{}
 	for _, name := range c.u.inherit {
 		if v, ok := os.LookupEnv(name); ok {
 			cmd.Env = append(cmd.Env, name+"="+v)
@@ -256,12 +349,43 @@ func (c *Conn) command(m *member) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// logStderr logs a child's stderr at debug, scrubbed.
+// stderrLineLogged is how much of a child's stderr line is logged;
+// stderrLineMax how much is kept to scrub it. The rest of a longer line is
+// read and dropped.
+const (
+	stderrLineLogged = 16 << 10
+	stderrLineMax    = stderrLineLogged + 1<<10
+)
+
+// logStderr logs a child's stderr at debug, scrubbed, until it ends. It
+// reads every byte whatever the lines' length: a child whose stderr is no
+// longer read blocks on its next write, and answers no call.
 func (c *Conn) logStderr(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	for sc.Scan() {
-		c.logger.Debug("upstream stderr", slog.String("line", c.u.scrub(sc.Text())))
+	br := bufio.NewReaderSize(r, 4<<10)
+	var line []byte
+	cut := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if room := stderrLineMax - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		cut = cut || len(line) >= stderrLineMax
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if text := strings.TrimRight(string(line), "\r\n"); text != "" || err == nil {
+			// Scrubbed before the cut, so that no secret's beginning is
+			// left at the end of a cut line.
+			text = c.u.scrub(text)
+			if cut || len(text) > stderrLineLogged {
+				text = strings.ToValidUTF8(text[:min(len(text), stderrLineLogged)], "") + "..."
+			}
+			c.logger.Debug("upstream stderr", slog.String("line", text))
+		}
+		line, cut = line[:0], false
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -324,11 +448,49 @@ func withProbe(ctx context.Context) (context.Context, *callProbe) {
 	return context.WithValue(ctx, probeKey{}, p), p
 }
 
+// probeTransport is a stdio transport whose connection fills the call's
+// probe: whether the call's request was written to the child.
+type probeTransport struct{ mcp.Transport }
+
+func (t *probeTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &probeConn{Connection: conn}, nil
+}
+
+type probeConn struct{ mcp.Connection }
+
+// Write writes msg, and records in the call's probe, for the call's
+// request, that it was attempted and, once the write succeeded, written:
+// a call refused before (a session closed, a broken pipe) sent nothing.
+func (c *probeConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	p, _ := ctx.Value(probeKey{}).(*callProbe)
+	if req, ok := msg.(*jsonrpc.Request); !ok || !req.IsCall() || p == nil {
+		return c.Connection.Write(ctx, msg)
+	}
+	p.mu.Lock()
+	mine := !p.attempted
+	p.attempted = true
+	p.mu.Unlock()
+	err := c.Connection.Write(ctx, msg)
+	if mine && err == nil {
+		p.mu.Lock()
+		p.written = true
+		p.mu.Unlock()
+	}
+	return err
+}
+
 // upstreamRoundTripper sets the declared headers and fills the call's
 // probe.
 type upstreamRoundTripper struct {
 	u    *Upstream
 	base http.RoundTripper
+	// standalone watches the session's standalone SSE stream; nil for
+	// none.
+	standalone *standaloneWatch
 }
 
 func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -342,9 +504,18 @@ func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 	}
 	p, _ := req.Context().Value(probeKey{}).(*callProbe)
 	if p != nil && req.Method == http.MethodPost {
+		// The call's own POST is the first under its context; a later one
+		// (the notification cancelling it, sent under the same context) is
+		// another request, whose answer says nothing of the call's.
 		p.mu.Lock()
+		mine := !p.attempted
 		p.attempted = true
 		p.mu.Unlock()
+		if !mine {
+			p = nil
+		}
+	}
+	if p != nil && req.Method == http.MethodPost {
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 			WroteRequest: func(info httptrace.WroteRequestInfo) {
 				if info.Err == nil {
@@ -356,7 +527,11 @@ func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 		}))
 	}
 	resp, err := t.base.RoundTrip(req)
-	if slot, ok := req.Context().Value(taskSlotKey{}).(*taskSlot); ok && resp != nil && req.Method == http.MethodPost {
+	if t.standalone != nil && err == nil && req.Method == http.MethodGet && req.Header.Get("Last-Event-ID") == "" &&
+		resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = &heldBody{ReadCloser: resp.Body, ctx: req.Context(), watch: t.standalone}
+	}
+	if slot, ok := req.Context().Value(taskSlotKey{}).(*taskSlot); ok && err == nil && req.Method == http.MethodPost {
 		resp.Body = sniffBody(resp.Body, resp.Header.Get("Content-Type"), slot)
 	}
 	if p != nil && resp != nil && req.Method == http.MethodPost {
@@ -374,8 +549,12 @@ func (t *upstreamRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 	return resp, err
 }
 
-// scrub replaces the upstream's secrets in s.
+// scrub replaces the upstream's secrets in s, and its URL as rendered by
+// the URL's template.
 func (u *Upstream) scrub(s string) string {
+	for _, endpoint := range u.endpoints {
+		s = strings.ReplaceAll(s, endpoint, u.url.Raw)
+	}
 	for _, secret := range u.secrets {
 		s = strings.ReplaceAll(s, secret, "[redacted]")
 	}

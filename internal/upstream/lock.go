@@ -141,6 +141,63 @@ func cleanText(s string) string {
 	return s
 }
 
+// cleanListing returns an upstream's text for the lock and the model:
+// scrubbed of the upstream's secrets, then cleaned and capped.
+func (u *Upstream) cleanListing(s string) string { return cleanText(u.scrub(s)) }
+
+// cleanSchema returns an input schema as the lock keeps it and the model
+// reads it: every string scrubbed of the upstream's secrets, and every
+// description and title (a parameter's included) cleaned and capped as
+// the tool's description is. A schema that is not JSON is returned as it
+// is, for the pin to refuse.
+func (u *Upstream) cleanSchema(raw json.RawMessage) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return raw
+	}
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch v := v.(type) {
+		case string:
+			return u.scrub(v)
+		case map[string]any:
+			out := make(map[string]any, len(v))
+			for k, item := range v {
+				if s, ok := item.(string); ok && (k == "description" || k == "title") {
+					out[u.scrub(k)] = cleanText(u.scrub(s))
+					continue
+				}
+				out[u.scrub(k)] = walk(item)
+			}
+			return out
+		case []any:
+			for i, item := range v {
+				v[i] = walk(item)
+			}
+			return v
+		}
+		return v
+	}
+	out, err := json.Marshal(walk(v))
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// cleanAnnotations returns an upstream's annotations with their title
+// cleaned, capped and scrubbed.
+func (u *Upstream) cleanAnnotations(a *mcp.ToolAnnotations) *mcp.ToolAnnotations {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	c.Title = u.cleanListing(a.Title)
+	return &c
+}
+
 // listedSHA256 hashes what an upstream listed for a tool.
 func listedSHA256(t *mcp.Tool) string {
 	sum, _ := canonicalSHA256(map[string]any{"name": t.Name, "input_schema": t.InputSchema, "annotations": t.Annotations})
@@ -160,7 +217,7 @@ type PinOpts struct {
 // `effects pin` to refuse (a withdrawn tool is a warning at start, an
 // error when pinning).
 func (u *Upstream) Pin(server string, listed []*mcp.Tool, opts *PinOpts) (entry *LockedUpstream, problems []string) {
-	entry = &LockedUpstream{DeclarationSHA256: u.sha256, Server: server}
+	entry = &LockedUpstream{DeclarationSHA256: u.sha256, Server: u.cleanListing(server)}
 	taken := map[string]string{}
 	if opts != nil {
 		for k, v := range opts.Taken {
@@ -173,8 +230,11 @@ func (u *Upstream) Pin(server string, listed []*mcp.Tool, opts *PinOpts) (entry 
 			continue
 		}
 		seen[t.Name] = true
-		lt := &LockedTool{Name: t.Name, Description: cleanText(t.Description), Annotations: t.Annotations, ListedSHA256: listedSHA256(t)}
+		// What the upstream says is kept for the model scrubbed, cleaned and
+		// capped; the listing's hash, for drift, is of what it said.
+		lt := &LockedTool{Name: t.Name, Description: u.cleanListing(t.Description), Annotations: u.cleanAnnotations(t.Annotations), ListedSHA256: listedSHA256(t)}
 		lt.InputSchema, _ = json.Marshal(t.InputSchema)
+		lt.InputSchema = u.cleanSchema(lt.InputSchema)
 		decl := u.toolDecl(t.Name)
 		withdraw := func(format string, args ...any) {
 			lt.Class, lt.Withdrawn = ClassWithdrawn, fmt.Sprintf(format, args...)

@@ -61,6 +61,7 @@ var (
 	_ effects.QueueSizer          = (*Tool)(nil)
 	_ effects.Reconciler          = (*Tool)(nil)
 	_ effects.RequestReconciler   = (*Tool)(nil)
+	_ effects.Reserver            = (*Tool)(nil)
 	_ effects.ToolNamer           = (*Tool)(nil)
 	_ effects.UpstreamTooler      = (*Tool)(nil)
 )
@@ -138,11 +139,13 @@ func (t *Tool) AlwaysClaim() bool { return true }
 // descriptions.
 func (t *Tool) DeclarationSHA256() string { return t.sha256 }
 
-// DedupeWindow implements effects.DedupeWindower for a key_arg tool; a
-// retry-safe tool has no window.
+// DedupeWindow implements effects.DedupeWindower for a key_arg tool: the
+// declared window less the call's timeout, as a declared HTTP effect's, so
+// that the worker's guard never resends a call that could reach the
+// upstream after the window. A retry-safe tool has no window.
 func (t *Tool) DedupeWindow() time.Duration {
 	if t.decl != nil && t.decl.window > 0 {
-		return t.decl.window
+		return max(t.decl.window-t.conn.u.timeout, 0)
 	}
 	// Repeating a retry-safe call changes nothing: no window to leave.
 	return 100 * 365 * 24 * time.Hour
@@ -236,6 +239,13 @@ func (t *Tool) callArgs(args json.RawMessage, providerKey string) (map[string]an
 		m[mk.arg] = s
 	}
 	return m, nil
+}
+
+// Reserve implements effects.Reserver: a call slot and a session of the
+// tool's upstream (the child started, or the HTTP session opened), taken
+// before the worker claims the intent, for the attempt's look-up and call.
+func (t *Tool) Reserve(ctx context.Context) (context.Context, func()) {
+	return t.conn.reserve(ctx)
 }
 
 // Execute implements effects.Effect: one call of the upstream tool.
@@ -427,16 +437,11 @@ func (t *Tool) store(res *mcp.CallToolResult) (json.RawMessage, error) {
 		}
 	}
 	if res.StructuredContent != nil {
-		raw, err := json.Marshal(res.StructuredContent)
-		if err == nil {
-			scrubbed := t.conn.u.scrub(string(raw))
-			if len(scrubbed) > budget {
+		if v, raw, err := t.conn.u.scrubJSON(res.StructuredContent); err == nil {
+			if len(raw) > budget {
 				out.Truncated = true
 			} else {
-				var v any
-				if json.Unmarshal([]byte(scrubbed), &v) == nil {
-					out.StructuredContent = v
-				}
+				out.StructuredContent = v
 			}
 		}
 	}
@@ -444,6 +449,45 @@ func (t *Tool) store(res *mcp.CallToolResult) (json.RawMessage, error) {
 		out.ID = m["id"]
 	}
 	return json.Marshal(out)
+}
+
+// scrubJSON returns v, a JSON value, with the upstream's secrets replaced
+// in every string and member name, and its encoding. It scrubs the decoded
+// strings, not the encoded text, where JSON's escapes (a quote, a
+// backslash, <, > and &) would hide a secret holding those characters.
+func (u *Upstream) scrubJSON(v any) (any, []byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var plain any
+	if err := dec.Decode(&plain); err != nil {
+		return nil, nil, err
+	}
+	plain = u.scrubValue(plain)
+	raw, err = json.Marshal(plain)
+	return plain, raw, err
+}
+
+func (u *Upstream) scrubValue(v any) any {
+	switch v := v.(type) {
+	case string:
+		return u.scrub(v)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, item := range v {
+			out[u.scrub(k)] = u.scrubValue(item)
+		}
+		return out
+	case []any:
+		for i, item := range v {
+			v[i] = u.scrubValue(item)
+		}
+		return v
+	}
+	return v
 }
 
 // storeError keeps a JSON-RPC error a success rule accepted ("already
@@ -463,7 +507,7 @@ func binaryBlock(kind, mime string, data []byte) map[string]any {
 // or a JSON-RPC error is returned for classification; anything else is a
 // classified error.
 func (c *Conn) call(ctx context.Context, tool string, args map[string]any, g effects.Guarantee) (*mcp.CallToolResult, *jsonrpc.Error, error) {
-	m, s, release, err := c.acquire(ctx)
+	m, s, release, err := c.take(ctx)
 	if err != nil {
 		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, err)
 	}
@@ -498,6 +542,12 @@ func (c *Conn) call(ctx context.Context, tool string, args map[string]any, g eff
 	attempted, written, status, retryAfter := probe.attempted, probe.written, probe.status, probe.retryAfter
 	probe.mu.Unlock()
 	text := c.u.scrub(err.Error())
+	if c.u.Stdio() && !written {
+		// Refused before the child could read it: the session was closed,
+		// or the pipe broken before the write.
+		m.markGoneIfClosed(s)
+		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, fmt.Errorf("upstream %s: the request was not written: %s", c.u.name, text))
+	}
 	if !c.u.Stdio() {
 		switch {
 		case !attempted || !written:
@@ -593,7 +643,13 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 	vars := &mcpVars{result: newCELResult(res), providerKey: req.ProviderKey}
 	_ = json.Unmarshal(req.Args, &vars.args)
 	act := vars.activation(nil)
-	var foundItem any
+	var (
+		found     bool
+		foundItem any
+		// answer is the look-up's own answer, stored when a found rule
+		// matched an answer with no JSON data (markdown, plain text).
+		answer json.RawMessage
+	)
 	if d.items != nil {
 		items, err := d.items.EvalList(act)
 		if err != nil {
@@ -605,30 +661,56 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 				return nil, false, failed("match: %v", err)
 			}
 			if ok {
-				foundItem = plainJSON(item)
+				found, foundItem = true, plainJSON(item)
 				break
 			}
 		}
 	} else {
-		found, err1 := d.found.EvalBool(act)
+		isFound, err1 := d.found.EvalBool(act)
 		missing, err2 := d.missing.EvalBool(act)
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, false, failed("%v", err)
 		}
 		switch {
-		case found && !missing:
-			foundItem = plainJSON(vars.result.Data)
-		case missing && !found:
+		case isFound && !missing:
+			// Found whatever the answer's form: a rule that matched a
+			// markdown answer, which has no data, is no "not found".
+			found, foundItem = true, plainJSON(vars.result.Data)
+			if foundItem == nil {
+				if answer, err = t.store(res); err != nil {
+					return nil, false, failed("%v", err)
+				}
+			}
+		case missing && !isFound:
 		default:
-			return nil, false, failed("found is %t and missing is %t: exactly one must hold", found, missing)
+			return nil, false, failed("found is %t and missing is %t: exactly one must hold", isFound, missing)
 		}
 	}
-	if foundItem == nil {
+	if answer != nil {
+		var out storedResult
+		if err := json.Unmarshal(answer, &out); err != nil {
+			return nil, false, failed("%v", err)
+		}
+		out.Reconciled = true
+		raw, err := json.Marshal(out)
+		return raw, err == nil, err
+	}
+	if !found {
 		// An upstream whose reads lag its writes: "not found" counts only
-		// once settle passed since the last send could have ended. The
-		// intent's creation plus the call's timeout bounds the first
-		// attempt's send; later attempts are looked up before they send.
-		if t.decl.settle > 0 && !createdAt.IsZero() && time.Since(createdAt) < t.decl.settle+t.conn.u.timeout {
+		// once settle passed since the last attempt that may have sent
+		// ended, whenever it was sent (after an approval, a backlog,
+		// not_sent retries). Without that attempt's end, the intent's
+		// creation plus the call's timeout bounds a first attempt's send.
+		var since time.Duration
+		switch {
+		case !req.LastAttemptEnd.IsZero():
+			since = time.Since(req.LastAttemptEnd)
+		case !createdAt.IsZero():
+			since = time.Since(createdAt) - t.conn.u.timeout
+		default:
+			since = t.decl.settle
+		}
+		if t.decl.settle > 0 && since < t.decl.settle {
 			return nil, false, failed("not found yet; settling for %s", t.decl.settle)
 		}
 		return nil, false, nil
@@ -643,8 +725,12 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 		_ = json.Unmarshal(picked, &v)
 		out.StructuredContent = v
 	}
-	text, _ := json.Marshal(out.StructuredContent)
-	out.Content = []map[string]any{{"type": "text", "text": t.conn.u.scrub(string(text))}}
+	scrubbed, text, err := t.conn.u.scrubJSON(out.StructuredContent)
+	if err != nil {
+		return nil, false, failed("%v", err)
+	}
+	out.StructuredContent = scrubbed
+	out.Content = []map[string]any{{"type": "text", "text": string(text)}}
 	if m, ok := out.StructuredContent.(map[string]any); ok {
 		out.ID = m["id"]
 	}

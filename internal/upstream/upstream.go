@@ -97,6 +97,10 @@ type Upstream struct {
 	// those that are scrubbed (env, headers and a URL's query).
 	resolved map[string]string
 	secrets  []string
+	// endpoints are the URL as rendered, in the forms an error may print
+	// it: scrubbed to the declared template, since a secret may sit in its
+	// path.
+	endpoints []string
 
 	// transportSHA256 hashes what reaches the upstream: argv or URL
 	// template, and the names of env and header entries.
@@ -491,6 +495,14 @@ func (l *loader) resolveUpstreamEnv(u *Upstream, fail func(string, string, ...an
 				}
 			}
 		}
+		// A secret may sit in the path too, where nothing tells it from
+		// the rest: the whole URL, as rendered or as Go prints it, is
+		// shown as its template.
+		for _, form := range []string{raw, parsed.String(), parsed.Redacted()} {
+			if form != u.url.Raw && !slices.Contains(u.endpoints, form) {
+				u.endpoints = append(u.endpoints, form)
+			}
+		}
 		if parsed.Scheme != "https" && !effectfile.IsLoopback(parsed.Hostname()) {
 			return fail("url", "%s: https unless the host is loopback", u.url.Raw)
 		}
@@ -499,6 +511,7 @@ func (l *loader) resolveUpstreamEnv(u *Upstream, fail func(string, string, ...an
 		}
 	}
 	slices.SortFunc(u.secrets, func(a, b string) int { return len(b) - len(a) })
+	slices.SortFunc(u.endpoints, func(a, b string) int { return len(b) - len(a) })
 	return nil
 }
 
