@@ -303,16 +303,50 @@ func parseApprovalRule(text string) (ApprovalRule, error) {
 // rules already in force changes nothing and takes no such lock, so a
 // process may set its rules at every start.
 func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) error {
+	stored, err := storedRules(rules)
+	if err != nil {
+		return err
+	}
+	// READ COMMITTED whatever the server's default: the trigger that
+	// applies the rules is built from the rules committed last.
+	err = pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return c.setRules(ctx, tx, stored)
+	})
+	return rulesError(err)
+}
+
+// SetApprovalRulesTx is SetApprovalRules in the caller's transaction, which
+// must be READ COMMITTED (the rules are compiled from those committed
+// last): the rules are in force when tx commits, and unchanged if it rolls
+// back. The intent table stays locked against writes until tx ends: keep
+// tx short. It does not commit tx.
+func (c *Client) SetApprovalRulesTx(ctx context.Context, tx pgx.Tx, rules []ApprovalRule) error {
+	stored, err := storedRules(rules)
+	if err != nil {
+		return err
+	}
+	var isolation string
+	if err := tx.QueryRow(ctx, "SHOW transaction_isolation").Scan(&isolation); err != nil {
+		return fmt.Errorf("error reading the transaction's isolation: %w", err)
+	}
+	if isolation != "read committed" {
+		return &Error{Code: CodeInvalidArgs, Field: "tx", Message: "must be a READ COMMITTED transaction, not " + isolation}
+	}
+	return rulesError(c.setRules(ctx, tx, stored))
+}
+
+// storedRules checks rules and returns them as stored.
+func storedRules(rules []ApprovalRule) ([]intentdb.ApprovalRule, error) {
 	stored := make([]intentdb.ApprovalRule, len(rules))
 	for i, r := range rules {
 		if r.Arg != "" || r.Op != "" || r.Value != "" || r.Host {
 			// Checked as written, so that a rule built in Go obeys what
 			// ParseApprovalRules enforces.
 			if _, err := parseApprovalRule(r.String()); err != nil {
-				return &Error{Code: CodeInvalidArgs, Field: fmt.Sprintf("[%d]", i), Message: err.Error()}
+				return nil, &Error{Code: CodeInvalidArgs, Field: fmt.Sprintf("[%d]", i), Message: err.Error()}
 			}
 		} else if !effects.ValidName(r.Effect) {
-			return &Error{Code: CodeInvalidArgs, Field: fmt.Sprintf("[%d].effect", i), Message: "must be an effect name"}
+			return nil, &Error{Code: CodeInvalidArgs, Field: fmt.Sprintf("[%d].effect", i), Message: "must be an effect name"}
 		}
 		stored[i] = intentdb.ApprovalRule{Rule: r.String(), Effect: r.Effect, Arg: r.Arg, Op: r.Op, Value: r.Value}
 		if jsonNumberRE.MatchString(r.Value) {
@@ -320,16 +354,21 @@ func (c *Client) SetApprovalRules(ctx context.Context, rules []ApprovalRule) err
 			stored[i].Num = &v
 		}
 	}
-	// READ COMMITTED whatever the server's default: the trigger that
-	// applies the rules is built from the rules committed last.
-	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		// One writer at a time: replicas starting together each replace
-		// the whole set, never interleave.
-		if err := c.queries.LockApprovalRules(ctx, tx); err != nil {
-			return fmt.Errorf("error locking approval rules: %w", err)
-		}
-		return c.queries.SetApprovalRules(ctx, tx, stored)
-	})
+	return stored, nil
+}
+
+// setRules replaces the rules in force with stored, in tx.
+func (c *Client) setRules(ctx context.Context, tx pgx.Tx, stored []intentdb.ApprovalRule) error {
+	// One writer at a time: replicas starting together each replace the
+	// whole set, never interleave.
+	if err := c.queries.LockApprovalRules(ctx, tx); err != nil {
+		return fmt.Errorf("error locking approval rules: %w", err)
+	}
+	return c.queries.SetApprovalRules(ctx, tx, stored)
+}
+
+// rulesError says what a failed change of the rules means.
+func rulesError(err error) error {
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
 		return fmt.Errorf("error changing approval rules: the trigger applying them could not be rebuilt within 10 s (the intent table busy with writes, or another change of the rules under way); nothing changed: %w", err)
 	}

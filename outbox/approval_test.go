@@ -473,3 +473,40 @@ func TestApproveDeny(t *testing.T) {
 		require.Equal(t, "noop approved,noop denied", strings.Join(seen, ","))
 	})
 }
+
+// SetApprovalRulesTx changes the rules with the caller's transaction: in
+// force once it commits, unchanged when it rolls back; a transaction of
+// another isolation is refused.
+func TestSetApprovalRulesTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	rules, err := outbox.ParseApprovalRules("noop:amount>=100[host]")
+	require.NoError(t, err)
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, b.client.SetApprovalRulesTx(ctx, tx, rules))
+	require.NoError(t, tx.Rollback(ctx))
+	inForce, err := b.client.ApprovalRules(ctx)
+	require.NoError(t, err)
+	require.Empty(t, inForce, "rolled back: nothing changed")
+
+	tx, err = b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	err = b.client.SetApprovalRulesTx(ctx, tx, rules)
+	require.ErrorIs(t, err, outbox.ErrInvalidArgs)
+	require.NoError(t, tx.Rollback(ctx))
+
+	tx, err = b.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, b.client.SetApprovalRulesTx(ctx, tx, rules))
+	require.NoError(t, tx.Commit(ctx))
+	inForce, err = b.client.ApprovalRules(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"noop:amount>=100[host]"}, inForce)
+	res, err := b.client.Enqueue(ctx, &outbox.EnqueueParams{Key: "held", Effect: "noop", Args: map[string]any{"amount": 500}})
+	require.NoError(t, err)
+	require.Equal(t, outbox.StateAwaitingApproval, res.Intent.State)
+	require.True(t, outbox.HostMayApprove(*res.Intent.ApprovalRule))
+}
