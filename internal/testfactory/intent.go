@@ -31,6 +31,9 @@ type Executor interface {
 // the column's default, as an enqueue would leave it (pending, no attempt,
 // no job), but for those said otherwise below.
 type IntentOpts struct {
+	// ApprovalRule is why the intent needs approval ("requested" when its
+	// caller asked); with State awaiting_approval for one that waits.
+	ApprovalRule *string
 	// Args are the effect's arguments, a JSON object. Defaults to {}.
 	Args json.RawMessage
 	// Attempt is the number of attempts that claimed the intent.
@@ -90,6 +93,9 @@ func Intent(ctx context.Context, tb testing.TB, exec Executor, opts *IntentOpts)
 	add := func(column string, value any) {
 		columns = append(columns, column)
 		values = append(values, value)
+	}
+	if opts.ApprovalRule != nil {
+		add("approval_rule", *opts.ApprovalRule)
 	}
 	if opts.Attempt != nil {
 		add("attempt", *opts.Attempt)
