@@ -136,8 +136,10 @@ func Intent(ctx context.Context, tb testing.TB, exec Executor, opts *IntentOpts)
 		placeholders[i] = fmt.Sprintf("$%d", i+1)
 	}
 	var id int64
+	// The statement names only columns of the list above; values are
+	// parameters.
 	err := exec.QueryRow(ctx, "INSERT INTO "+pgx.Identifier{opts.Schema, "outbox_intent"}.Sanitize()+
-		" ("+strings.Join(columns, ", ")+") VALUES ("+strings.Join(placeholders, ", ")+") RETURNING id", values...).Scan(&id)
+		" ("+strings.Join(columns, ", ")+") VALUES ("+strings.Join(placeholders, ", ")+") RETURNING id", values...).Scan(&id) //nolint:gosec // G202: see above
 	if err != nil {
 		tb.Fatalf("testfactory: error inserting intent %s/%s: %v", namespace, key, err)
 	}
