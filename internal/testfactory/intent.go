@@ -135,11 +135,12 @@ func Intent(ctx context.Context, tb testing.TB, exec Executor, opts *IntentOpts)
 	for i := range columns {
 		placeholders[i] = fmt.Sprintf("$%d", i+1)
 	}
+	// Built from the column list above, whose names are constants; the
+	// values are parameters.
+	query := "INSERT INTO " + pgx.Identifier{opts.Schema, "outbox_intent"}.Sanitize() + //nolint:gosec // G202: see above
+		" (" + strings.Join(columns, ", ") + ") VALUES (" + strings.Join(placeholders, ", ") + ") RETURNING id"
 	var id int64
-	// The statement names only columns of the list above; values are
-	// parameters.
-	err := exec.QueryRow(ctx, "INSERT INTO "+pgx.Identifier{opts.Schema, "outbox_intent"}.Sanitize()+
-		" ("+strings.Join(columns, ", ")+") VALUES ("+strings.Join(placeholders, ", ")+") RETURNING id", values...).Scan(&id) //nolint:gosec // G202: see above
+	err := exec.QueryRow(ctx, query, values...).Scan(&id)
 	if err != nil {
 		tb.Fatalf("testfactory: error inserting intent %s/%s: %v", namespace, key, err)
 	}
