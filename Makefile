@@ -2,7 +2,7 @@
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: demo run test test-clients lint bench bench-mcp soak ci
+.PHONY: demo run test test-core test-faults test-ecosystem test-clients lint bench bench-mcp soak ci
 
 # The first run: the story outbox exists for, told with real calls, then
 # River UI and /metrics until Ctrl-C. A throwaway PostgreSQL unless
@@ -20,6 +20,22 @@ run:
 # throwaway PostgreSQL cluster from the local binaries.
 test:
 	go test ./...
+
+# The integration package's tiers (integration/tier_test.go), through
+# OUTBOX_TEST_TIERS; make test runs all three. core: every package's tests
+# and integration's outboxd processes on the test database, what every
+# change should pass. faults: PostgreSQL failover, a full disk, a restore,
+# the rolling upgrade, on clusters of their own. ecosystem: a browser, the
+# npm and Python examples, GitLab's MCP server, compose (each skips without
+# its tool, outside CI).
+test-core:
+	OUTBOX_TEST_TIERS=core go test ./...
+
+test-faults:
+	OUTBOX_TEST_TIERS=faults go test ./integration
+
+test-ecosystem:
+	OUTBOX_TEST_TIERS=ecosystem go test ./integration
 
 # The client packages (clients/python, clients/typescript): their tests
 # against a database of their own and a real serve each, then each installed

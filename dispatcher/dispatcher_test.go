@@ -806,6 +806,7 @@ func TestBatchWriteGuards(t *testing.T) {
 		require.NoError(t, err)
 		return applied[intentdb.Applied{ID: id, Attempt: 1}]
 	}
+	// An UPDATE, not testfactory.Intent: the intent the batch owns.
 	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("outbox_intent")+` SET job_id = job_id + 1000 WHERE id = $1`, ids[0])
 	require.NoError(t, err)
 	require.False(t, finish(ids[0], batchID))
@@ -872,7 +873,7 @@ func TestBatchAttemptAfterWaitRereads(t *testing.T) {
 		t.Fatal("the first attempt did not begin")
 	}
 	// Meanwhile the second ends elsewhere (as a job of its own would end
-	// it after a re-dispatch).
+	// it after a re-dispatch): an UPDATE of the intent the batch read.
 	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("outbox_intent")+` SET state = 'succeeded', attempt = 1, completed_at = now(),
 		result = '{"by": "elsewhere"}' WHERE id = $1`, second.ID)
 	require.NoError(t, err)

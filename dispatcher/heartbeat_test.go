@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -65,12 +66,10 @@ func TestHeartbeatRescuesDeadProcessesJobs(t *testing.T) {
 		return id
 	}
 	intent := func(key, effect string, jobID int64) int64 {
-		res, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: key, Effect: effect, Args: map[string]any{}})
-		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, `UPDATE `+table("outbox_intent")+` SET state = 'running', attempt = 1, lease_expires_at = now() + interval '1 hour', job_id = $2 WHERE id = $1`,
-			res.Intent.ID, jobID)
-		require.NoError(t, err)
-		return res.Intent.ID
+		return testfactory.Intent(ctx, t, b.pool, &testfactory.IntentOpts{
+			Attempt: testfactory.Ptr(1), Effect: effect, JobID: &jobID, Key: key,
+			LeaseExpiresAt: testfactory.Ptr(time.Now().Add(time.Hour)), Schema: b.schema, State: outbox.StateRunning,
+		}).ID
 	}
 	atMostOnceJob, reconcilableJob, dedupJob, spentJob := job("dead", 1, 5), job("dead", 1, 5), job("dead", 2, 5), job("dead", 5, 5)
 	pausedJob, reconnectingJob := job("paused", 1, 5), job("reconnecting", 1, 5)

@@ -148,6 +148,7 @@ func TestCancelAfterARescuedAttemptIsRefused(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("river_job")+` j SET state = 'retryable', attempt = 1, attempted_at = now()
 		FROM `+b.table("outbox_intent")+` i WHERE i.job_id = j.id AND i.key = 'retried'`)
 	require.NoError(t, err)
+	// An UPDATE, not testfactory.Intent: the intent the drain dispatched.
 	_, err = b.pool.Exec(ctx, `UPDATE `+b.table("outbox_intent")+` SET job_attempt = 1 WHERE key = 'retried'`)
 	require.NoError(t, err)
 	intent, err := b.client.Cancel(ctx, &outbox.CancelParams{Key: "retried"})

@@ -26,6 +26,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if err := setTestFlags(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	code := testdb.Run(m)
 	if binDir != "" {
 		os.RemoveAll(binDir)

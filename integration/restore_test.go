@@ -182,6 +182,7 @@ func runRestoreFromBackup(t *testing.T, method restoreMethod) {
 		actions[key] = keyed{"charge", 100 + i}
 		pastWindow = append(pastWindow, key)
 	}
+	// An UPDATE, not testfactory.Intent: the intents serve recorded.
 	_, err = pool.Exec(ctx, `UPDATE outbox.outbox_intent SET created_at = created_at - interval '25 hours' WHERE key LIKE 'past-window-%'`)
 	require.NoError(t, err)
 	sentAfter = append(sentAfter, pastWindow...)

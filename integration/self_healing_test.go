@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-dev/outbox/internal/sandbox"
 	"github.com/outbox-dev/outbox/internal/sandbox/noop"
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -239,18 +240,17 @@ func TestReplicaWithoutAnEffectLeavesItsIntents(t *testing.T) {
 func TestUnknownSurvivesPruning(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "OUTBOX_RETENTION=1s")
-	for _, key := range []string{"old-unknown", "old-succeeded"} {
-		_, err := e.client.EnqueueTx(context.Background(), e.pool, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: map[string]any{}})
-		require.NoError(t, err)
+	hourAgo := time.Now().Add(-time.Hour)
+	for key, state := range map[string]outbox.State{"old-unknown": outbox.StateUnknown, "old-succeeded": outbox.StateSucceeded} {
+		testfactory.Intent(context.Background(), t, e.pool, &testfactory.IntentOpts{
+			CompletedAt: &hourAgo, CreatedAt: &hourAgo, JobID: testfactory.Ptr(int64(0)), Key: key,
+			MaybeSent: testfactory.Ptr(state == outbox.StateUnknown), Schema: e.schema, State: state,
+		})
 	}
-	_, err := e.pool.Exec(context.Background(), `UPDATE `+e.table("outbox_intent")+`
-		SET state = CASE key WHEN 'old-unknown' THEN 'unknown' ELSE 'succeeded' END, maybe_sent = key = 'old-unknown',
-		    created_at = now() - interval '1 hour', completed_at = now() - interval '1 hour', job_id = 0`)
-	require.NoError(t, err)
 	srv := e.serve()
 	srv.waitFor("pruned terminal intents past retention", 30*time.Second)
 
-	_, err = e.client.Get(context.Background(), "", "old-succeeded")
+	_, err := e.client.Get(context.Background(), "", "old-succeeded")
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 	kept, err := e.client.Get(context.Background(), "", "old-unknown")
 	require.NoError(t, err)

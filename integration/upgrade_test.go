@@ -3,12 +3,14 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -31,16 +33,30 @@ import (
 // release's tag once there is one; OUTBOX_PREVIOUS_RELEASE overrides it.
 const previousRelease = "1b872db"
 
-// buildAt builds outboxd as of commit in a temporary git worktree, removed
-// once built, and returns the binary (removed with the test).
+// buildAt returns outboxd as of commit, built in a temporary git worktree,
+// removed once built. A commit's source never changes, so the binary is
+// kept in the user's cache directory (outbox-test/, keyed by the full
+// commit, the platform and Go's version) and the next run skips the
+// checkout and the build, which cost most of the test's first minute.
 func buildAt(t *testing.T, commit string) string {
 	t.Helper()
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	require.NoError(t, err, "TestRollingUpgrade builds the previous release from git")
 	repo := strings.TrimSpace(string(root))
-	if out, err := exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
-		t.Fatalf("the previous release's commit %s is not in this clone (a shallow one? git fetch --unshallow): %v: %s", commit, err, out)
+	full, err := exec.Command("git", "-C", repo, "rev-parse", "--verify", "--quiet", commit+"^{commit}").Output()
+	if err != nil {
+		t.Fatalf("the previous release's commit %s is not in this clone (a shallow one? git fetch --unshallow): %v", commit, err)
 	}
+	name := fmt.Sprintf("outboxd-%s-%s-%s-%s", strings.TrimSpace(string(full)), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	cacheDir := ""
+	if dir, err := os.UserCacheDir(); err == nil {
+		cacheDir = filepath.Join(dir, "outbox-test")
+		if info, err := os.Stat(filepath.Join(cacheDir, name)); err == nil && info.Mode().IsRegular() {
+			t.Logf("previous release %s from the cache: %s", commit, filepath.Join(cacheDir, name))
+			return filepath.Join(cacheDir, name)
+		}
+	}
+
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	out, err := exec.Command("git", "-C", repo, "worktree", "add", "--detach", src, commit).CombinedOutput()
@@ -50,13 +66,46 @@ func buildAt(t *testing.T, commit string) string {
 			t.Logf("git worktree remove: %v: %s", err, out)
 		}
 	}()
-	bin := filepath.Join(dir, "outboxd-"+commit)
+	bin := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/outboxd")
 	cmd.Dir = src
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	require.NoError(t, cmd.Run(), "building outboxd at %s: %s", commit, buf.String())
-	return bin
+	if cacheDir == "" {
+		return bin
+	}
+	if cacheDir == "" {
+		return bin
+	}
+	// A cache that can't be written is only a slower next run.
+	if err := copyInto(bin, cacheDir, name); err != nil {
+		t.Logf("previous release not cached: %v", err)
+		return bin
+	}
+	return filepath.Join(cacheDir, name)
+}
+
+// copyInto copies the executable file src to dir/name through a rename, so
+// that a run beside this one never finds a binary half written.
+func copyInto(src, dir, name string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // gone after the rename; the leftover otherwise
+	_, err = tmp.Write(data)
+	if err := errors.Join(err, tmp.Close(), os.Chmod(tmp.Name(), 0o755)); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
 }
 
 // upgradeEffects are the effects under load, one of each guarantee (and

@@ -101,6 +101,8 @@ func TestRowChecks(t *testing.T) {
 	pool, schema := testdb.MigratedSchema(t)
 	table := pgx.Identifier{schema, "outbox_intent"}.Sanitize()
 
+	// Raw SQL throughout, not testfactory.Intent: the table's refusal of a
+	// hand-written INSERT or UPDATE is what's tested.
 	insert := func(namespace, key, effect, args, keySource string, requestedBy *string) error {
 		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args, key_source, requested_by)
 			VALUES ($1, $2, $3, $4::jsonb, $5, $6)`, namespace, key, effect, args, keySource, requestedBy)
@@ -182,7 +184,8 @@ func TestMigrateLiveTable(t *testing.T) {
 	}
 
 	// 12,000 intents, one in twelve pending without a job, as 013 leaves
-	// them.
+	// them: one statement each (testfactory.Intent writes one row, and
+	// the current schema's).
 	const n, undispatched = 12_000, 1_000
 	_, err = pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args)
 		SELECT 'default', 'old-' || g, 'noop', '{}' FROM generate_series(1, $1) g`, n)
@@ -215,6 +218,8 @@ func TestMigrateLiveTable(t *testing.T) {
 				return
 			default:
 			}
+			// Raw SQL, not testfactory.Intent: an insert racing the
+			// migration, on the schema as it stands at that moment.
 			if _, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args) VALUES ('default', $1, 'noop', '{}')`,
 				fmt.Sprintf("live-%d", i)); err != nil {
 				t.Errorf("enqueue during the migration: %v", err)

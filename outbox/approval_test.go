@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -198,12 +199,10 @@ func TestApprovalRules(t *testing.T) {
 	t.Run("RebuildGivesUp", func(t *testing.T) {
 		t.Parallel()
 		other := setup(t)
-		schema := pgx.Identifier{other.schema}.Sanitize()
 		open, err := other.pool.Begin(ctx)
 		require.NoError(t, err)
 		defer open.Rollback(ctx) //nolint:errcheck
-		_, err = open.Exec(ctx, `INSERT INTO `+schema+`.outbox_intent (namespace, key, effect, args) VALUES ('hand', 'open', 'noop', '{}')`)
-		require.NoError(t, err)
+		testfactory.Intent(ctx, t, open, &testfactory.IntentOpts{Key: "open", Namespace: "hand", Schema: other.schema})
 
 		err = other.client.SetApprovalRules(ctx, []outbox.ApprovalRule{{Effect: "noop"}})
 		require.ErrorContains(t, err, "could not be rebuilt within 10 s")
@@ -229,13 +228,15 @@ func TestApprovalRules(t *testing.T) {
 				WHERE tgrelid = $1::regclass AND tgname = 'outbox_intent_approval_rules'`, schema+".outbox_intent").Scan(&def))
 			return def
 		}
-		// insert writes an intent by hand, as a service with INSERT on the
-		// table could, and returns its state and rule.
+		// insert writes an intent by hand (testfactory.Intent is a plain
+		// INSERT), as a service with INSERT on the table could, and returns
+		// its state and rule.
 		insert := func(key, effect, args string) (state string, rule *string) {
 			t.Helper()
-			require.NoError(t, other.pool.QueryRow(ctx, `INSERT INTO `+schema+`.outbox_intent (namespace, key, effect, args)
-				VALUES ('hand', $1, $2, $3) RETURNING state, approval_rule`, key, effect, args).Scan(&state, &rule))
-			return state, rule
+			intent := testfactory.Intent(ctx, t, other.pool, &testfactory.IntentOpts{
+				Args: json.RawMessage(args), Effect: effect, Key: key, Namespace: "hand", Schema: other.schema,
+			})
+			return string(intent.State), intent.ApprovalRule
 		}
 		// openInsert begins a transaction that inserts an intent and stays
 		// open, holding its lock on the table until rolled back.
@@ -244,8 +245,7 @@ func TestApprovalRules(t *testing.T) {
 			tx, err := other.pool.Begin(ctx)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tx.Rollback(ctx) })
-			_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.outbox_intent (namespace, key, effect, args) VALUES ('hand', $1, 'noop', '{}')`, key)
-			require.NoError(t, err)
+			testfactory.Intent(ctx, t, tx, &testfactory.IntentOpts{Key: key, Namespace: "hand", Schema: other.schema})
 			return tx
 		}
 

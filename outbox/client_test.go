@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -526,7 +527,8 @@ func TestSQLEnqueue(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, `SELECT `+pgx.Identifier{b.schema, "outbox_provider_key"}.Sanitize()+`('ns', 'clé', 42)`).Scan(&pk))
 	require.Equal(t, outbox.ProviderKey("ns", "clé", 42), pk)
 
-	// An intent inserted by hand gets its provider key from the table.
+	// An intent inserted by hand gets its provider key from the table (raw
+	// SQL, not testfactory.Intent: the hand-written INSERT is what's tested).
 	var byHandID int64
 	require.NoError(t, conn.QueryRow(ctx, `INSERT INTO `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
 		` (namespace, key, effect, args) VALUES ('ns', 'by-hand', 'noop', '{}') RETURNING id, provider_key`).Scan(&byHandID, &pk))
@@ -594,15 +596,16 @@ func TestListGetCancelResolve(t *testing.T) {
 	t.Run("ListRareStates", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for _, k := range []string{"a", "b", "c"} {
-			_, err := b.enqueue(t, &outbox.EnqueueParams{Key: k, Effect: "noop", Args: map[string]any{}})
-			require.NoError(t, err)
+		for _, k := range []string{"a", "b"} {
+			testfactory.Intent(ctx, t, b.pool, &testfactory.IntentOpts{
+				CompletedAt: testfactory.Ptr(time.Now()), Key: k, MaybeSent: testfactory.Ptr(true), Schema: b.schema, State: outbox.StateUnknown,
+			})
 		}
-		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "held", Effect: "noop", Args: map[string]any{}, RequireApproval: true})
+		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "c", Effect: "noop", Args: map[string]any{}})
+		require.NoError(t, err)
+		_, err = b.enqueue(t, &outbox.EnqueueParams{Key: "held", Effect: "noop", Args: map[string]any{}, RequireApproval: true})
 		require.NoError(t, err)
 		table := pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()
-		_, err = b.pool.Exec(ctx, "UPDATE "+table+" SET state = 'unknown', maybe_sent = true, completed_at = now() WHERE key IN ('a', 'b')")
-		require.NoError(t, err)
 		keys := func(state outbox.State) []string {
 			list, err := b.client.List(ctx, &outbox.ListParams{States: []outbox.State{state}})
 			require.NoError(t, err)
@@ -619,6 +622,7 @@ func TestListGetCancelResolve(t *testing.T) {
 		_, err = b.client.Resolve(ctx, &outbox.ResolveParams{Key: "a", Outcome: outbox.OutcomeFailed, Note: "checked"})
 		require.NoError(t, err)
 		require.Equal(t, []string{"b"}, keys(outbox.StateUnknown))
+		// An UPDATE, not testfactory.Intent: the intent leaves the state.
 		_, err = b.pool.Exec(ctx, "UPDATE "+table+" SET state = 'pending' WHERE key = 'held'")
 		require.NoError(t, err)
 		require.Empty(t, keys(outbox.StateAwaitingApproval))
@@ -643,23 +647,17 @@ func TestListGetCancelResolve(t *testing.T) {
 
 		// A pending intent whose earlier attempt may have acted is not
 		// cancellable: that attempt may have charged the card.
-		_, err = b.enqueue(t, &outbox.EnqueueParams{Key: "maybe", Effect: "noop", Args: map[string]any{}})
-		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET maybe_sent = true WHERE key = 'maybe'")
-		require.NoError(t, err)
+		testfactory.Intent(ctx, t, b.pool, &testfactory.IntentOpts{Key: "maybe", MaybeSent: testfactory.Ptr(true), Schema: b.schema})
 		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "maybe"})
 		require.ErrorIs(t, err, outbox.ErrNotCancellable)
 
 		// A pending intent whose River job is running has an attempt in
 		// flight (deduplicated effects are not claimed before their call).
-		_, err = b.enqueue(t, &outbox.EnqueueParams{Key: "inflight", Effect: "noop", Args: map[string]any{}})
-		require.NoError(t, err)
 		var jobID int64
 		require.NoError(t, b.pool.QueryRow(ctx, "INSERT INTO "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+
 			` (args, kind, max_attempts, priority, queue, state, attempt, attempted_at, metadata, tags)
 			VALUES ('{}', 'outbox_intent', 25, 1, 'noop', 'running', 1, now(), '{}', '{}') RETURNING id`).Scan(&jobID))
-		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET job_id = $1 WHERE key = 'inflight'", jobID)
-		require.NoError(t, err)
+		testfactory.Intent(ctx, t, b.pool, &testfactory.IntentOpts{JobID: &jobID, Key: "inflight", Schema: b.schema})
 		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "inflight"})
 		require.ErrorIs(t, err, outbox.ErrNotCancellable)
 		require.ErrorContains(t, err, "an attempt may have started")
@@ -670,7 +668,8 @@ func TestListGetCancelResolve(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "inflight"})
 		require.ErrorIs(t, err, outbox.ErrNotCancellable)
-		// Once that attempt recorded its outcome (not sent), it may go.
+		// Once that attempt recorded its outcome (not sent), it may go (an
+		// UPDATE, not testfactory.Intent: the same intent, a step later).
 		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET job_attempt = 1 WHERE key = 'inflight'")
 		require.NoError(t, err)
 		got, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "inflight"})
@@ -688,6 +687,8 @@ func TestListGetCancelResolve(t *testing.T) {
 		_, err := b.client.Resolve(ctx, &outbox.ResolveParams{Key: "s", Outcome: outbox.OutcomeSucceeded})
 		require.ErrorIs(t, err, outbox.ErrNotUnknown)
 
+		// An UPDATE, not testfactory.Intent: the same intents, refused a
+		// resolution while pending just above.
 		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
 			" SET state = 'unknown', maybe_sent = true, job_id = 1, attempt = 3, completed_at = now()")
 		require.NoError(t, err)

@@ -3,10 +3,12 @@ package outbox_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -106,11 +108,10 @@ func TestTxForms(t *testing.T) {
 	t.Run("ResolveTx", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.enqueue(t, &outbox.EnqueueParams{Key: "k", Effect: "noop", Args: map[string]any{}})
-		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
-			" SET state = 'unknown', maybe_sent = true, job_id = 1, attempt = 1, completed_at = now()")
-		require.NoError(t, err)
+		testfactory.Intent(ctx, t, b.pool, &testfactory.IntentOpts{
+			Attempt: testfactory.Ptr(1), CompletedAt: testfactory.Ptr(time.Now()), JobID: testfactory.Ptr(int64(1)), Key: "k",
+			MaybeSent: testfactory.Ptr(true), Schema: b.schema, State: outbox.StateUnknown,
+		})
 
 		tx := begin(t, b)
 		resolved, err := b.client.ResolveTx(ctx, tx, &outbox.ResolveParams{Key: "k", Outcome: outbox.OutcomeFailed})

@@ -113,7 +113,8 @@ func TestServeRoles(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 
 	// The noop at most once... here deduplicated and ambiguous: it ends
-	// unknown only after its attempts; make it unknown for the resolve.
+	// unknown only after its attempts; make it unknown for the resolve (an
+	// UPDATE, not testfactory.Intent: the intent the API enqueued).
 	_, err := bundle.pool.Exec(t.Context(), `UPDATE `+pgx.Identifier{bundle.schema, "outbox_intent"}.Sanitize()+
 		` SET state = 'unknown', maybe_sent = true, completed_at = now() WHERE key = 'roles-1'`)
 	require.NoError(t, err)

@@ -23,7 +23,7 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 2, res.code)
 	require.Contains(t, res.stderr, "--count must be from 100")
 
-	res = runEnv(t, env, nil, "bench", "--count", "200", "--clients", "4", "--workers", "5", "--batch-count", "1000", "--json")
+	res = runEnv(t, env, nil, "bench", "--count", "100", "--clients", "4", "--workers", "5", "--batch-count", "1000", "--json")
 	require.Equal(t, 0, res.code, res.stderr)
 	var report struct {
 		Lanes []struct {
@@ -67,7 +67,7 @@ func TestBench(t *testing.T) {
 	require.Equal(t, "river InsertTx", report.Lanes[0].Name)
 	require.InDelta(t, 1.0, report.Lanes[0].Ratio, 1e-9)
 	for _, l := range report.Lanes {
-		require.Equal(t, 200, l.Max.Count, l.Name)
+		require.Equal(t, 100, l.Max.Count, l.Name)
 		require.Positive(t, l.Max.Rate, l.Name)
 		require.Positive(t, l.Max.PeakRSS, l.Name)
 		require.LessOrEqual(t, l.Paced.P50, l.Paced.P99, l.Name)

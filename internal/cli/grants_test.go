@@ -75,6 +75,7 @@ func TestPrintGrants(t *testing.T) {
 	require.Contains(t, err.Error(), "may not enqueue in namespace billing")
 	_, err = svc.Exec(ctx, "SELECT count(*) FROM "+s+".outbox_intent")
 	denied(t, err)
+	// Raw SQL, not testfactory.Intent: the refused INSERT is what's tested.
 	_, err = svc.Exec(ctx, "INSERT INTO "+s+".outbox_intent (namespace, key, effect, args, state) VALUES ('shop', 'forged', 'noop', '{}', 'succeeded')")
 	denied(t, err)
 	_, err = svc.Exec(ctx, "SELECT * FROM "+s+".outbox_enqueue_try('shop', 'k2', 'noop', '{}')")

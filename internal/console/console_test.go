@@ -2,14 +2,15 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -74,15 +76,17 @@ func (b *testBundle) enqueue(t *testing.T, namespace, key, effect string, args m
 	return res.Intent
 }
 
-// makeUnknown puts an intent where a lost outcome leaves it: unknown, maybe
+// unknown writes an intent where a lost outcome leaves it: unknown, maybe
 // sent, with the attempt's error.
-func (b *testBundle) makeUnknown(t *testing.T, namespace, key string) {
+func (b *testBundle) unknown(t *testing.T, namespace, key, effect string, args map[string]any) *outbox.Intent {
 	t.Helper()
-	_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+`
-		SET state = 'unknown', maybe_sent = true, attempt = 1, completed_at = now(), updated_at = now(),
-		    error = '{"code": "outcome_lost", "message": "the outcome was lost"}'
-		WHERE namespace = $1 AND key = $2`, namespace, key)
+	encoded, err := json.Marshal(args)
 	require.NoError(t, err)
+	return testfactory.Intent(context.Background(), t, b.pool, &testfactory.IntentOpts{
+		Args: encoded, Attempt: testfactory.Ptr(1), CompletedAt: testfactory.Ptr(time.Now()), Effect: effect,
+		Error: json.RawMessage(`{"code": "outcome_lost", "message": "the outcome was lost"}`), Key: key,
+		MaybeSent: testfactory.Ptr(true), Namespace: namespace, Schema: b.schema, State: outbox.StateUnknown,
+	})
 }
 
 func (b *testBundle) get(t *testing.T, namespace, key string) *outbox.Intent {
@@ -230,8 +234,7 @@ func TestSignIn(t *testing.T) {
 func TestRoles(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.enqueue(t, "alpha", "lost-email", "email", map[string]any{"to": "ada@example.com"}, false)
-	b.makeUnknown(t, "alpha", "lost-email")
+	b.unknown(t, "alpha", "lost-email", "email", map[string]any{"to": "ada@example.com"})
 	waiting := b.enqueue(t, "alpha", "big-one", "noop", map[string]any{"amount": 25000}, true)
 	b.enqueue(t, "alpha", "queued", "noop", map[string]any{"n": 2}, false)
 	reader, operator := b.login(t, tokenReader), b.login(t, tokenOperator)
@@ -349,8 +352,7 @@ func TestApprove(t *testing.T) {
 func TestResolve(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.enqueue(t, "alpha", "lost-email", "email", map[string]any{"to": "ada@example.com", "subject": "Your refund", "template": "refund_v2"}, false)
-	b.makeUnknown(t, "alpha", "lost-email")
+	b.unknown(t, "alpha", "lost-email", "email", map[string]any{"to": "ada@example.com", "subject": "Your refund", "template": "refund_v2"})
 	operator := b.login(t, tokenOperator)
 
 	page := b.request(t, http.MethodGet, "/console/intents/alpha/lost-email", nil, operator)
@@ -469,8 +471,7 @@ func TestOverview(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	b.enqueue(t, "alpha", "a1", "noop", map[string]any{"n": 1}, false)
-	b.enqueue(t, "alpha", "a2", "email", map[string]any{"n": 2}, false)
-	b.makeUnknown(t, "alpha", "a2")
+	b.unknown(t, "alpha", "a2", "email", map[string]any{"n": 2})
 	b.enqueue(t, "alpha", "a3", "noop", map[string]any{"n": 3}, true)
 	operator := b.login(t, tokenOperator)
 

@@ -917,7 +917,9 @@ func TestRoutes(t *testing.T) {
 func TestNewRefuses(t *testing.T) {
 	t.Parallel()
 
-	pool, schema := testdb.MigratedSchema(t)
+	// Nothing is written: the shared schema of TestTx does.
+	_, schema := testdb.TestTx(t.Context(), t)
+	pool := testdb.Pool(t)
 	client, err := outbox.NewClient(pool, &outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	guard, err := keyguard.New(pool, client, nil)

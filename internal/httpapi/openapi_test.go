@@ -128,6 +128,7 @@ func TestOpenAPI(t *testing.T) {
 	require.Equal(t, 200, call("POST", "/v1/intents/k1/cancel", tokenAlpha, nil, "").status)
 	require.Equal(t, 409, call("POST", "/v1/intents/k1/cancel", tokenAlpha, nil, "").status)
 	require.Equal(t, 404, call("POST", "/v1/intents/missing/cancel", tokenAlpha, nil, "").status)
+	// An UPDATE, not testfactory.Intent: the intent the API enqueued.
 	_, err = bundle.pool.Exec(ctx, `UPDATE `+pgx.Identifier{bundle.schema, "outbox_intent"}.Sanitize()+` SET state = 'unknown', maybe_sent = true, completed_at = now() WHERE key = 'm1'`)
 	require.NoError(t, err)
 	require.Equal(t, 200, call("POST", "/v1/intents/m1/resolve", tokenAlpha, json, `{"outcome": "succeeded", "note": "in the dashboard"}`).status)

@@ -12,6 +12,8 @@ import (
 	"github.com/outbox-dev/outbox/internal/dbutil"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testfactory"
+	"github.com/outbox-dev/outbox/outbox"
 )
 
 func TestMarkRestored(t *testing.T) {
@@ -19,14 +21,12 @@ func TestMarkRestored(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	intents := pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()
-	for _, key := range []string{"pending", "running", "succeeded"} {
-		_, err := b.queries.Enqueue(ctx, b.pool, row(key, ""))
-		require.NoError(t, err)
-	}
-	_, err := b.pool.Exec(ctx, `UPDATE `+intents+` SET state = 'running' WHERE key = 'running'`)
+	_, err := b.queries.Enqueue(ctx, b.pool, row("pending", ""))
 	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `UPDATE `+intents+` SET state = 'succeeded', completed_at = now() WHERE key = 'succeeded'`)
-	require.NoError(t, err)
+	testfactory.Intent(ctx, t, b.pool, &testfactory.IntentOpts{Key: "running", Schema: b.schema, State: outbox.StateRunning})
+	testfactory.Intent(ctx, t, b.pool, &testfactory.IntentOpts{
+		CompletedAt: testfactory.Ptr(time.Now()), Key: "succeeded", Schema: b.schema, State: outbox.StateSucceeded,
+	})
 	var lastChange time.Time
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(updated_at) FROM `+intents).Scan(&lastChange))
 	mark := func(point time.Time) (*intentdb.RestoredResult, error) {

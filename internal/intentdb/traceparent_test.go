@@ -146,7 +146,8 @@ func TestAttemptTraceparent(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, res.Row.ID)
 	}
-	// The batch's read names the intents' job.
+	// The batch's read names the intents' job (an UPDATE, not
+	// testfactory.Intent: the intents enqueued with their traceparent).
 	_, err := b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+" SET job_id = 7 WHERE id = ANY($1)", ids)
 	require.NoError(t, err)
 

@@ -371,7 +371,8 @@ func TestAutoKeyWindow(t *testing.T) {
 	require.NoError(t, err)
 
 	// age makes the intent look created age ago, in the window before its
-	// own, and returns its new key.
+	// own, and returns its new key (an UPDATE, not testfactory.Intent: the
+	// intent the tool call enqueued).
 	age := func(t *testing.T, b *testBundle, key string, age time.Duration) string {
 		t.Helper()
 		parts := strings.Split(key, ":")

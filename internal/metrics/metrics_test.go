@@ -38,6 +38,8 @@ func TestGaugesAndEnqueues(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(enqueues.Deduplicated.WithLabelValues("noop")))
 	require.Equal(t, 1.0, testutil.ToFloat64(enqueues.Conflicts.WithLabelValues("noop")))
 
+	// An UPDATE, not testfactory.Intent: the intents the enqueues above
+	// counted.
 	_, err = pool.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "outbox_intent"}.Sanitize()+`
 		SET state = CASE key WHEN 'a' THEN 'unknown' WHEN 'b' THEN 'succeeded' WHEN 'd' THEN 'awaiting_approval' ELSE state END,
 		    created_at = CASE key WHEN 'c' THEN now() - interval '1 hour' WHEN 'd' THEN now() - interval '2 hours' ELSE created_at END`)

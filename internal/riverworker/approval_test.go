@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -19,6 +18,7 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/webhook"
 	"github.com/outbox-dev/outbox/internal/riverworker"
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -29,13 +29,13 @@ func TestExpireApprovals(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, effects.GuaranteeDeduplicated, nil)
-	for _, key := range []string{"old", "young"} {
-		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: key, Effect: "test", Args: map[string]any{}, RequireApproval: true})
-		require.NoError(t, err)
-	}
-	_, err := b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
-		" SET created_at = now() - interval '2 hours' WHERE key = 'old'")
+	_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: "young", Effect: "test", Args: map[string]any{}, RequireApproval: true})
 	require.NoError(t, err)
+	b.intent(t, "old", &testfactory.IntentOpts{
+		ApprovalRule: testfactory.Ptr("requested"),
+		CreatedAt:    testfactory.Ptr(time.Now().Add(-2 * time.Hour)),
+		State:        outbox.StateAwaitingApproval,
+	})
 
 	reg, err := effects.NewRegistry(b.effect)
 	require.NoError(t, err)

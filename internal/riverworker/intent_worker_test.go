@@ -20,6 +20,7 @@ import (
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/riverworker"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 	"github.com/outbox-dev/outbox/workers"
 )
@@ -148,17 +149,29 @@ func (b *testBundle) get(t *testing.T, key string) *outbox.Intent {
 	return i
 }
 
-// crashMidAttempt leaves the intent as a worker that claimed it and died
-// would: running, with a lease that has expired.
-func (b *testBundle) crashMidAttempt(t *testing.T, key string) {
+// crashedMidAttempt writes the intent enqueue would, as a worker that
+// claimed it and died would leave it: running, with a lease that has
+// expired.
+func (b *testBundle) crashedMidAttempt(t *testing.T, key string) *outbox.Intent {
 	t.Helper()
-	_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+`
-		SET state = 'running', attempt = attempt + 1, lease_expires_at = now() - interval '1 second' WHERE key = $1`, key)
-	require.NoError(t, err)
+	return b.intent(t, key, &testfactory.IntentOpts{
+		Attempt:        testfactory.Ptr(1),
+		LeaseExpiresAt: testfactory.Ptr(time.Now().Add(-time.Second)),
+		State:          outbox.StateRunning,
+	})
+}
+
+// intent writes the intent enqueue would, with opts' columns.
+func (b *testBundle) intent(t *testing.T, key string, opts *testfactory.IntentOpts) *outbox.Intent {
+	t.Helper()
+	opts.Args, opts.Effect, opts.Key, opts.Schema = json.RawMessage(`{"k":"`+key+`"}`), "test", key, b.schema
+	return testfactory.Intent(context.Background(), t, b.pool, opts)
 }
 
 // expireLease moves a running intent's lease into the past, as waiting it
 // out would, without the wait: claims judge leases by the database's clock.
+// An UPDATE rather than testfactory.Intent: the lease is the one a claim
+// of the running test wrote.
 func (b *testBundle) expireLease(t *testing.T, key string) {
 	t.Helper()
 	tag, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+`
@@ -424,8 +437,7 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("AtMostOnceUnknown", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeAtMostOnce, nil)
-			intent := b.enqueue(t, "k")
-			b.crashMidAttempt(t, "k")
+			intent := b.crashedMidAttempt(t, "k")
 			require.NoError(t, b.work(intent, 2))
 			got := b.get(t, "k")
 			require.Equal(t, outbox.StateUnknown, got.State)
@@ -437,9 +449,7 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("AtMostOncePendingButMaybeSentUnknown", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeAtMostOnce, nil)
-			intent := b.enqueue(t, "k")
-			_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+` SET maybe_sent = true`)
-			require.NoError(t, err)
+			intent := b.intent(t, "k", &testfactory.IntentOpts{MaybeSent: testfactory.Ptr(true)})
 			require.NoError(t, b.work(intent, 1))
 			require.Equal(t, outbox.StateUnknown, b.get(t, "k").State)
 			require.Zero(t, b.effect.callCount())
@@ -448,8 +458,7 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("DeduplicatedRetries", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeDeduplicated, nil)
-			intent := b.enqueue(t, "k")
-			b.crashMidAttempt(t, "k")
+			intent := b.crashedMidAttempt(t, "k")
 			require.NoError(t, b.work(intent, 2))
 			got := b.get(t, "k")
 			require.Equal(t, outbox.StateSucceeded, got.State)
@@ -468,10 +477,7 @@ func TestIntentWorker(t *testing.T) {
 			require.Equal(t, outbox.StateSucceeded, got.State)
 			require.True(t, got.MaybeSent)
 
-			other := b.enqueue(t, "old")
-			_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
-				` SET created_at = now() - interval '2 hours' WHERE key = 'old'`)
-			require.NoError(t, err)
+			other := b.intent(t, "old", &testfactory.IntentOpts{CreatedAt: testfactory.Ptr(time.Now().Add(-2 * time.Hour))})
 			require.NoError(t, b.work(other, 2))
 			got = b.get(t, "old")
 			require.Equal(t, outbox.StateUnknown, got.State)
@@ -482,11 +488,12 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("DeduplicatedPastWindowUnknown", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeDeduplicated, nil)
-			intent := b.enqueue(t, "k")
-			b.crashMidAttempt(t, "k")
-			_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
-				` SET created_at = now() - interval '2 hours'`)
-			require.NoError(t, err)
+			intent := b.intent(t, "k", &testfactory.IntentOpts{
+				Attempt:        testfactory.Ptr(1),
+				CreatedAt:      testfactory.Ptr(time.Now().Add(-2 * time.Hour)),
+				LeaseExpiresAt: testfactory.Ptr(time.Now().Add(-time.Second)),
+				State:          outbox.StateRunning,
+			})
 			require.NoError(t, b.work(intent, 2))
 			got := b.get(t, "k")
 			require.Equal(t, outbox.StateUnknown, got.State)
@@ -499,11 +506,12 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("DeduplicatedWithinTheMarginIsUnknown", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeDeduplicated, nil)
-			intent := b.enqueue(t, "k")
-			b.crashMidAttempt(t, "k")
-			_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
-				` SET created_at = now() - interval '58 minutes'`)
-			require.NoError(t, err)
+			intent := b.intent(t, "k", &testfactory.IntentOpts{
+				Attempt:        testfactory.Ptr(1),
+				CreatedAt:      testfactory.Ptr(time.Now().Add(-58 * time.Minute)),
+				LeaseExpiresAt: testfactory.Ptr(time.Now().Add(-time.Second)),
+				State:          outbox.StateRunning,
+			})
 			require.NoError(t, b.work(intent, 2))
 			got := b.get(t, "k")
 			require.Equal(t, outbox.StateUnknown, got.State)
@@ -514,10 +522,7 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("DeduplicatedOldButNeverSentIsSent", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeDeduplicated, nil)
-			intent := b.enqueue(t, "k")
-			_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
-				` SET created_at = now() - interval '2 hours'`)
-			require.NoError(t, err)
+			intent := b.intent(t, "k", &testfactory.IntentOpts{CreatedAt: testfactory.Ptr(time.Now().Add(-2 * time.Hour))})
 			require.NoError(t, b.work(intent, 1))
 			require.Equal(t, outbox.StateSucceeded, b.get(t, "k").State)
 		})
@@ -525,10 +530,9 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("ReconcilableFound", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeReconcilable, nil)
-			intent := b.enqueue(t, "k")
+			intent := b.crashedMidAttempt(t, "k")
 			// The lost attempt did act at the provider.
 			b.effect.act(intent.ProviderKey)()
-			b.crashMidAttempt(t, "k")
 			require.NoError(t, b.work(intent, 2))
 			got := b.get(t, "k")
 			require.Equal(t, outbox.StateSucceeded, got.State)
@@ -540,8 +544,7 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("ReconcilableNotFoundSendsAgain", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeReconcilable, nil)
-			intent := b.enqueue(t, "k")
-			b.crashMidAttempt(t, "k")
+			intent := b.crashedMidAttempt(t, "k")
 			require.NoError(t, b.work(intent, 2))
 			got := b.get(t, "k")
 			require.Equal(t, outbox.StateSucceeded, got.State)
@@ -560,8 +563,7 @@ func TestIntentWorker(t *testing.T) {
 				}
 				return false, nil
 			}
-			intent := b.enqueue(t, "k")
-			b.crashMidAttempt(t, "k")
+			intent := b.crashedMidAttempt(t, "k")
 			require.Error(t, b.work(intent, 2))
 			require.Equal(t, outbox.StateRunning, b.get(t, "k").State)
 			fail.Store(false)
@@ -576,8 +578,7 @@ func TestIntentWorker(t *testing.T) {
 		t.Run("ExhaustedAfterCrashOnLastAttempt", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, effects.GuaranteeDeduplicated, &setupOpts{maxAttempts: 2})
-			intent := b.enqueue(t, "k")
-			b.crashMidAttempt(t, "k")
+			intent := b.crashedMidAttempt(t, "k")
 			// River gives the job MaxAttemptsMargin more attempts than the
 			// outbox's limit, so the worker decides exhaustion itself.
 			require.Greater(t, b.worker.MaxAttempts(), 2)
@@ -592,11 +593,12 @@ func TestIntentWorker(t *testing.T) {
 	t.Run("LiveLeaseSnoozes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, effects.GuaranteeAtMostOnce, nil)
-		intent := b.enqueue(t, "k")
-		_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+`
-			SET state = 'running', attempt = 1, lease_expires_at = now() + interval '1 minute'`)
-		require.NoError(t, err)
-		err = b.work(intent, 2)
+		intent := b.intent(t, "k", &testfactory.IntentOpts{
+			Attempt:        testfactory.Ptr(1),
+			LeaseExpiresAt: testfactory.Ptr(time.Now().Add(time.Minute)),
+			State:          outbox.StateRunning,
+		})
+		err := b.work(intent, 2)
 		var snooze *river.JobSnoozeError
 		require.ErrorAs(t, err, &snooze)
 		require.Greater(t, snooze.Duration, 50*time.Second)

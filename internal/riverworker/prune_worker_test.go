@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/riverworker"
+	"github.com/outbox-dev/outbox/internal/testfactory"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -23,24 +24,17 @@ func TestPruneWorker(t *testing.T) {
 	// 7 old terminal intents (more than one batch of 3), 1 recent terminal,
 	// and old non-terminal ones, which are never pruned.
 	oldProviderKeys := map[string]string{}
-	for i := range 7 {
-		key := fmt.Sprintf("old-%d", i)
-		oldProviderKeys[key] = b.enqueue(t, key).ProviderKey
-	}
-	b.enqueue(t, "recent")
-	b.enqueue(t, "old-pending")
-	b.enqueue(t, "old-running")
+	hoursAgo := func(h time.Duration) *time.Time { return testfactory.Ptr(time.Now().Add(-h * time.Hour)) }
 	// Created before they completed, as every intent is (the prune finds
 	// them by created_at).
-	_, err := b.pool.Exec(ctx, `UPDATE `+table+` SET state = (ARRAY['succeeded','failed','unknown','cancelled'])[1 + id % 4],
-		completed_at = now() - interval '2 hours', created_at = now() - interval '3 hours' WHERE key LIKE 'old-_'`)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET state = 'succeeded', completed_at = now() - interval '1 minute' WHERE key = 'recent'`)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET state = 'running', created_at = now() - interval '30 days' WHERE key = 'old-running'`)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET created_at = now() - interval '30 days' WHERE key = 'old-pending'`)
-	require.NoError(t, err)
+	states := []outbox.State{outbox.StateSucceeded, outbox.StateFailed, outbox.StateUnknown, outbox.StateCancelled}
+	for i := range 7 {
+		key := fmt.Sprintf("old-%d", i)
+		oldProviderKeys[key] = b.intent(t, key, &testfactory.IntentOpts{State: states[(i+1)%4], CompletedAt: hoursAgo(2), CreatedAt: hoursAgo(3)}).ProviderKey
+	}
+	b.intent(t, "recent", &testfactory.IntentOpts{State: outbox.StateSucceeded, CompletedAt: testfactory.Ptr(time.Now().Add(-time.Minute))})
+	b.intent(t, "old-pending", &testfactory.IntentOpts{CreatedAt: hoursAgo(30 * 24)})
+	b.intent(t, "old-running", &testfactory.IntentOpts{State: outbox.StateRunning, CreatedAt: hoursAgo(30 * 24)})
 
 	pruner, err := riverworker.NewPruneWorker(b.pool, &riverworker.PruneWorkerConfig{BatchSize: 3, Retention: time.Hour, Schema: b.schema})
 	require.NoError(t, err)
@@ -73,6 +67,8 @@ func TestPruneWorker(t *testing.T) {
 	n, err = pruner.Prune(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "resolved just now: within retention")
+	// An UPDATE rather than testfactory.Intent: these are the intents the
+	// test just resolved.
 	_, err = b.pool.Exec(ctx, `UPDATE `+table+` SET completed_at = now() - interval '2 hours' WHERE error->>'code' = 'resolved_failed'`)
 	require.NoError(t, err)
 	n, err = pruner.Prune(ctx)

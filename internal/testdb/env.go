@@ -26,11 +26,11 @@ type Env struct {
 	// Registry holds the noop effects the Env was made with.
 	Registry *effects.Registry
 
-	// Schema is the migrated schema, dropped when the test ends.
+	// Schema is the migrated schema, the test's alone until it ends.
 	Schema string
 }
 
-// NewEnv returns an Env on a fresh migrated schema (see MigratedSchema) whose
+// NewEnv returns an Env on an empty migrated schema (see MigratedSchema) whose
 // registry holds a noop effect (package noop) for each entry of noops: its
 // name, and the guarantee it claims. Without noops it holds one effect, noop,
 // deduplicated.

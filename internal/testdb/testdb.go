@@ -8,8 +8,13 @@
 //
 // Tests then use Pool for a shared connection pool, and Schema or Database for
 // an isolated place to create objects in that's cleaned up when the test ends.
-// MigratedSchema adds outbox's tables to such a schema, and NewEnv noop
-// effects and a client on it, the start of most tests.
+// Migrating a schema is what costs, so, as River's riverdbtest does, a binary
+// migrates few: TestTx is a rolled-back transaction in the binary's one
+// shared migrated schema, for tests that need no commit and no
+// LISTEN/NOTIFY; MigratedSchema a migrated schema of the test's own, emptied
+// with TRUNCATE and reused by a later test when it's done; NewEnv noop
+// effects and a client on one, the start of most tests. Run drops them all
+// when the tests are done.
 //
 // The database is the one in TEST_DATABASE_URL when it's set. Otherwise, Main
 // starts a throwaway PostgreSQL cluster (see package pgcluster) for the test
@@ -36,8 +41,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/internal/pgcluster"
-	"github.com/outbox-dev/outbox/internal/sandbox/noop"
-	"github.com/outbox-dev/outbox/migrations"
 )
 
 const (
@@ -108,7 +111,14 @@ func Run(m *testing.M) int {
 	// Registered after the cluster's deferred Stop, so it runs first.
 	defer closePool()
 
-	return m.Run()
+	code := m.Run()
+	if err := dropSchemas(); err != nil {
+		fmt.Fprintf(os.Stderr, "testdb: %s\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 // startCluster starts the throwaway cluster used when TEST_DATABASE_URL isn't
@@ -153,18 +163,23 @@ func URL(tb testing.TB) string {
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 
-	dbURL := URL(tb)
+	URL(tb) // fails the test without Main
+	pool, err := sharedPool()
+	if err != nil {
+		tb.Fatalf("testdb: %s", err)
+	}
+	return pool
+}
 
+// sharedPool is Pool without a test, for Run's cleanup.
+func sharedPool() (*pgxpool.Pool, error) {
 	poolMu.Lock()
 	defer poolMu.Unlock()
 
 	if pool == nil && poolErr == nil {
-		pool, poolErr = newPool(dbURL)
+		pool, poolErr = newPool(databaseURL)
 	}
-	if poolErr != nil {
-		tb.Fatalf("testdb: %s", poolErr)
-	}
-	return pool
+	return pool, poolErr
 }
 
 // newPool creates the pool returned by Pool.
@@ -365,28 +380,6 @@ func randomName() string {
 		name.WriteByte(alphabet[rand.IntN(len(alphabet))])
 	}
 	return name.String()
-}
-
-// MigratedSchema creates a fresh schema (as Schema does), applies River's and
-// outbox's migrations to it, and returns the package's shared pool and the
-// schema's name. The schema is dropped when the test ends.
-func MigratedSchema(tb testing.TB) (*pgxpool.Pool, string) {
-	tb.Helper()
-	pool := Pool(tb)
-	schema := Schema(tb)
-	migrator, err := migrations.New(pool, schema)
-	if err != nil {
-		tb.Fatalf("testdb: error creating migrator: %v", err)
-	}
-	if _, err := migrator.Up(context.Background()); err != nil {
-		tb.Fatalf("testdb: error migrating schema %s: %v", schema, err)
-	}
-	// The sandbox's fixture table, which the tests' noop effects record in
-	// (the migrations no longer create it).
-	if err := noop.EnsureTable(context.Background(), pool, schema); err != nil {
-		tb.Fatalf("testdb: %v", err)
-	}
-	return pool, schema
 }
 
 // isDeadlock reports whether err is PostgreSQL's deadlock_detected.
