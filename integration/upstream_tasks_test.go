@@ -171,4 +171,3 @@ func TestUpstreamTasks(t *testing.T) {
 		fmt.Printf("TestUpstreamTasks: orders=%d polls=%d attempts=%d (kill -9 while polling, resumed)\n", up.count(), up.polls.Load(), got.Attempts)
 	})
 }
-

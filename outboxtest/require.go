@@ -175,7 +175,7 @@ func requireManyEnqueued(ctx context.Context, t testingT, q intentdb.Querier, sc
 		// the enqueues.
 		if intents[i].ID < intents[i-1].ID {
 			failuref(t, "Intents enqueued in another order than expected: expected intent %d (%s) was enqueued before %d (%s); in the order enqueued:\n%s",
-				i+1, describe(expected[i]), i, describe(expected[i-1]), list(enqueueOrder(intents)))
+				i+1, describe(expected[i]), i, describe(expected[i-1]), list(enqueueOrder(intents))) //nolint:gosec // intents holds one intent per expected one
 			return nil
 		}
 	}

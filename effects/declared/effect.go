@@ -15,7 +15,6 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/internal/httpsend"
-
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 

@@ -12,11 +12,9 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
-	"github.com/outbox-dev/outbox/internal/mcpserver"
-
-	"github.com/outbox-dev/outbox/internal/upstream"
-
 	"github.com/outbox-dev/outbox/internal/effectset"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
+	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
 var (

@@ -18,12 +18,11 @@ import (
 	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/daemon"
+	"github.com/outbox-dev/outbox/internal/effectset"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/metrics"
 	"github.com/outbox-dev/outbox/migrations"
-
-	"github.com/outbox-dev/outbox/internal/effectset"
 )
 
 var cmdServe = &command{

@@ -12,6 +12,7 @@ import (
 // PlaceholderKind is what a placeholder stands for.
 type PlaceholderKind int
 
+// The kinds of placeholder.
 const (
 	KindEnv         PlaceholderKind = iota // {env.NAME}: read once at start
 	KindArgs                               // {args} or {args.seg.seg}
@@ -44,6 +45,8 @@ type Template struct {
 }
 
 var (
+	// EnvNameRE is a variable's name, as {env.NAME} and a file's env and
+	// inherit take it.
 	EnvNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	segRE     = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*|0|[1-9][0-9]{0,8})$`)
 )

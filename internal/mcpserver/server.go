@@ -269,7 +269,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	}
 	// The tasks extension is declared to every client; only a request
 	// that declares it too is ever answered with a task.
-	caps := &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}}
+	caps := &mcp.ServerCapabilities{}
 	caps.AddExtension(TasksExtension, nil)
 	srv := mcp.NewServer(&mcp.Implementation{Name: NameDefault, Title: "outbox", Version: config.Version}, &mcp.ServerOptions{
 		Capabilities: caps,

@@ -14,7 +14,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outbox-dev/outbox/effects"
-
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 

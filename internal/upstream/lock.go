@@ -15,7 +15,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/outbox-dev/outbox/effects"
-
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 

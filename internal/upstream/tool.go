@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-dev/outbox/effects"
-
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 

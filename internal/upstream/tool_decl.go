@@ -8,7 +8,6 @@ import (
 	"github.com/google/cel-go/cel"
 
 	"github.com/outbox-dev/outbox/effects"
-
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 

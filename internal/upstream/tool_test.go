@@ -18,7 +18,6 @@ import (
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
-
 	"github.com/outbox-dev/outbox/internal/upstream"
 )
 

@@ -13,7 +13,6 @@ import (
 	"github.com/gowebpki/jcs"
 
 	"github.com/outbox-dev/outbox/effects"
-
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects/declared"
-
 	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
