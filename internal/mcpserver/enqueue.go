@@ -87,6 +87,14 @@ func (s *server) effectToolHandler(tool *EffectTool, schema *jsonschema.Resolved
 			}
 		}
 
+		// A withdrawn upstream tool (drifted from its pin, or gone) is not
+		// listed: a call that comes anyway is refused before anything is
+		// recorded, as its absence from tools/list promises, rather than
+		// recording an intent that waits until the operator pins again.
+		if err := s.withdrawn(tool); err != nil {
+			return s.errorResult(ctx, tool.Name, err), nil
+		}
+
 		// A retried call answering an approval asked of the host is
 		// checked against its requestState before anything is written.
 		state, answerGiven, err := s.checkRequestState(ctx, req, tool, call)

@@ -183,6 +183,26 @@ func (s *server) awaitUpstream(ctx context.Context, tool *EffectTool, intent *ou
 	return got
 }
 
+// withdrawn refuses a call of a recorded upstream tool that is withdrawn,
+// with the withdrawal's code (upstream_drift, upstream_tool_missing).
+func (s *server) withdrawn(tool *EffectTool) error {
+	if tool.Upstream == "" {
+		return nil
+	}
+	e, ok := s.client.Effects().Get(tool.Effect)
+	if !ok {
+		return nil
+	}
+	u, ok := e.(upstreamEffect)
+	if !ok {
+		return nil
+	}
+	if code := u.Withdrawn(); code != "" {
+		return &outbox.Error{Code: code, Message: fmt.Sprintf("the upstream %s no longer lists tool %s as it was pinned; the tool takes no calls until an operator pins it again (outboxd effects pin)", u.UpstreamName(), u.UpstreamTool())}
+	}
+	return nil
+}
+
 // addPassthroughTools lists the pass-through tools visible in the
 // server's namespace.
 func (s *server) addPassthroughTools(srv *mcp.Server, tools []PassthroughTool, names map[string]bool) error {

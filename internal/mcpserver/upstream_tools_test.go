@@ -1,0 +1,77 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/mcpserver"
+	"github.com/outbox-dev/outbox/internal/testdb"
+)
+
+// fakeUpstreamTool is a recorded MCP upstream tool as internal/upstream's
+// Tool presents itself to the MCP server: an effect that names its
+// upstream, with a withdrawal the test sets.
+type fakeUpstreamTool struct {
+	withdrawn atomic.Pointer[string]
+	wait      time.Duration
+}
+
+func (f *fakeUpstreamTool) Name() string                       { return "notes_create_note" }
+func (f *fakeUpstreamTool) Guarantee() effects.Guarantee       { return effects.GuaranteeAtMostOnce }
+func (f *fakeUpstreamTool) ValidateArgs(json.RawMessage) error { return nil }
+func (f *fakeUpstreamTool) Tool() string                       { return f.Name() }
+func (f *fakeUpstreamTool) Description() string                { return "Creates a note." }
+func (f *fakeUpstreamTool) ArgsSchema() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{"body":{"type":"string"}}}`)
+}
+func (f *fakeUpstreamTool) UpstreamName() string { return "notes" }
+func (f *fakeUpstreamTool) UpstreamTool() string { return "create_note" }
+func (f *fakeUpstreamTool) Wait() time.Duration  { return f.wait }
+func (f *fakeUpstreamTool) Namespaces() []string { return nil }
+func (f *fakeUpstreamTool) AlwaysClaim() bool    { return true }
+func (f *fakeUpstreamTool) Withdrawn() string {
+	if p := f.withdrawn.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (f *fakeUpstreamTool) Execute(context.Context, *effects.Request) (json.RawMessage, error) {
+	return json.RawMessage(`{"content":[{"type":"text","text":"created"}]}`), nil
+}
+
+// upstreamBundle is a bundle whose registry also holds a fake recorded
+// upstream tool, and a server mirroring it.
+func upstreamBundle(t *testing.T) (*testBundle, *fakeUpstreamTool, *mcpserver.Config) {
+	t.Helper()
+	b := setup(t)
+	fake := &fakeUpstreamTool{}
+	require.NoError(t, b.registry.Register(fake))
+	tools, err := mcpserver.ToolsFor(b.registry)
+	require.NoError(t, err)
+	return b, fake, &mcpserver.Config{Tools: tools}
+}
+
+// A withdrawn recorded tool is not listed, and a call that comes anyway
+// is refused with the withdrawal's code before anything is recorded.
+func TestUpstreamWithdrawnRefusesCalls(t *testing.T) {
+	t.Parallel()
+	b, fake, config := upstreamBundle(t)
+	cs := b.connect(t, config)
+
+	drift := "upstream_drift"
+	fake.withdrawn.Store(&drift)
+	te := callError(t, cs, "notes_create_note", map[string]any{"body": "a", "idempotency_key": "k1"}, "upstream_drift")
+	require.Contains(t, te.Error.Message, "outboxd effects pin")
+	require.Zero(t, testdb.CountIntents(t, b.pool, b.schema), "nothing recorded for a withdrawn tool")
+
+	fake.withdrawn.Store(nil)
+	call[answer](t, cs, "notes_create_note", map[string]any{"body": "a", "idempotency_key": "k1"})
+	require.Equal(t, 1, testdb.CountIntents(t, b.pool, b.schema))
+}
