@@ -73,6 +73,9 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 	// Pass-through calls reach the upstreams from here; recorded ones
 	// only from serve's workers.
 	defer set.Close()
+	// Listings are compared with the lock here as in serve: a tool that
+	// drifted from its pin is withdrawn, not listed, and refuses calls.
+	set.Upstreams.Start(ctx)
 	registry := set.Registry
 	client, err := outbox.NewClient(pool, &outbox.Config{Effects: registry, Logger: logger, Schema: cfg.Schema})
 	if err != nil {
