@@ -78,6 +78,12 @@ type Request struct {
 	// sent was sent by then, so a provider whose reads lag its writes is
 	// read from then. Zero when unknown.
 	LastAttemptEnd time.Time
+
+	// MaybeSent is true when an earlier attempt may have reached the
+	// provider: an effect that gives up on an intent for its own reasons
+	// (a tool gone from an MCP upstream) must not fail such an intent, which
+	// may have acted.
+	MaybeSent bool
 }
 
 // Effect is a named kind of side effect. Implementations must be safe for

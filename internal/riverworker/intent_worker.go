@@ -306,7 +306,7 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 	}
 
 	req := &effects.Request{Args: c.Args, Attempt: c.Attempt, IntentID: c.ID, Namespace: c.Namespace, ProviderKey: c.ProviderKey,
-		Checkpoint: checkpoint}
+		Checkpoint: checkpoint, MaybeSent: c.MaybeSent}
 	if checkpoints {
 		req.CheckpointFunc = func(ctx context.Context, cp json.RawMessage) error {
 			// Recorded at once, outside the finish: the attempt may die

@@ -83,3 +83,57 @@ func TestUpstreamDrift(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, calls.Load())
 }
+
+// A tool missing from its upstream waits, without spending attempts, for
+// missing_grace, a clock of its own from when it was first seen gone;
+// then a never-sent intent fails (upstream_tool_missing) and a possibly
+// sent one keeps waiting not_sent, to end unknown, never failed.
+func TestUpstreamMissingGrace(t *testing.T) {
+	t.Parallel()
+	file := "upstreams:\n  up:\n    url: \"http://127.0.0.1:9/mcp\"\n    missing_grace: 300ms\n    refresh: 1m\n"
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{})
+	require.NoError(t, err)
+	entry, problems := f.Upstreams[0].Pin("srv", []*mcp.Tool{{Name: "write", InputSchema: json.RawMessage(`{"type":"object"}`)}}, nil)
+	require.Empty(t, problems)
+	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	tool := c.Recorded[0]
+	never := &effects.Request{Args: json.RawMessage(`{}`), ProviderKey: "pk"}
+	maybe := &effects.Request{Args: json.RawMessage(`{}`), ProviderKey: "pk", MaybeSent: true}
+	classOf := func(req *effects.Request) (effects.Class, string, time.Duration) {
+		_, err := tool.Execute(context.Background(), req)
+		class, code := effects.Classify(err)
+		return class, code, effects.RetryAfterOf(err)
+	}
+
+	tool.Withdraw(upstream.CodeUpstreamDrift)
+	class, code, wait := classOf(never)
+	require.Equal(t, effects.ClassNotSent, class)
+	require.Equal(t, upstream.CodeUpstreamDrift, code)
+	require.Equal(t, time.Minute, wait, "a drifted tool's intents wait for the next listing, spending no attempt")
+
+	tool.Withdraw(upstream.CodeUpstreamToolMissing)
+	for _, req := range []*effects.Request{never, maybe} {
+		class, code, wait = classOf(req)
+		require.Equal(t, effects.ClassNotSent, class)
+		require.Equal(t, upstream.CodeUpstreamToolMissing, code)
+		require.Positive(t, wait, "within missing_grace, the intent waits without spending an attempt")
+		require.LessOrEqual(t, wait, 300*time.Millisecond)
+	}
+	time.Sleep(350 * time.Millisecond)
+	tool.Withdraw(upstream.CodeUpstreamToolMissing) // seen gone again: the clock runs on
+	class, code, _ = classOf(never)
+	require.Equal(t, effects.ClassPermanent, class, "past missing_grace, a never-sent intent fails")
+	require.Equal(t, upstream.CodeUpstreamToolMissing, code)
+	class, _, wait = classOf(maybe)
+	require.Equal(t, effects.ClassNotSent, class, "a possibly sent intent never fails for a missing tool")
+	require.Zero(t, wait, "it spends its attempts, and ends unknown")
+
+	// Back, then gone again: a new clock.
+	tool.Withdraw("")
+	tool.Withdraw(upstream.CodeUpstreamToolMissing)
+	class, _, wait = classOf(never)
+	require.Equal(t, effects.ClassNotSent, class)
+	require.Positive(t, wait)
+}

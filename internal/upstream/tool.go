@@ -80,6 +80,9 @@ type Tool struct {
 
 	// withdrawn is why calls wait (drift, a missing tool), or "".
 	withdrawn atomic.Pointer[string]
+	// missingSince is when the upstream was first seen without the tool
+	// (Unix nanoseconds), 0 while it lists it: missing_grace runs from it.
+	missingSince atomic.Int64
 
 	// observe is told of every call's outcome, for
 	// outbox_upstream_calls_total. Defaults to none.
@@ -160,6 +163,11 @@ func (t *Tool) CheckApprovalRule(arg string, numeric bool) error {
 // Withdraw makes calls wait not_sent with code (upstream_drift,
 // upstream_tool_missing); "" restores the tool.
 func (t *Tool) Withdraw(code string) {
+	if code == CodeUpstreamToolMissing {
+		t.missingSince.CompareAndSwap(0, time.Now().UnixNano())
+	} else {
+		t.missingSince.Store(0)
+	}
 	if code == "" {
 		t.withdrawn.Store(nil)
 		return
@@ -173,6 +181,30 @@ func (t *Tool) Withdrawn() string {
 		return *p
 	}
 	return ""
+}
+
+// withdrawnError is the answer to an attempt of a withdrawn tool. Its
+// intent waits, without spending attempts, until the next listing could
+// restore the tool; a tool missing from the upstream for missing_grace
+// (a clock of its own, from when this process first saw it gone) fails a
+// never-sent intent, and keeps a possibly-sent one waiting not_sent, so
+// that it ends unknown when its attempts run out, never failed.
+func (t *Tool) withdrawnError(code string, req *effects.Request) error {
+	err := fmt.Errorf("upstream %s tool %s is withdrawn (%s) until the operator pins it again (outboxd effects pin)", t.conn.u.name, t.locked.Name, code)
+	wait := t.conn.u.refresh
+	if code == CodeUpstreamToolMissing {
+		if since := t.missingSince.Load(); since != 0 {
+			left := t.conn.u.missingGrace - time.Since(time.Unix(0, since))
+			switch {
+			case left <= 0 && req.MaybeSent:
+				return effects.NotSent(code, fmt.Errorf("%w; missing for more than missing_grace %s, and an earlier attempt may have acted", err, t.conn.u.missingGrace))
+			case left <= 0:
+				return effects.Permanent(code, fmt.Errorf("%w; missing for more than missing_grace %s, and nothing was sent", err, t.conn.u.missingGrace))
+			}
+			wait = min(wait, left)
+		}
+	}
+	return effects.NotSentRetryAfter(code, err, wait)
 }
 
 // ValidateArgs implements effects.Effect: the mirrored schema, with a
@@ -250,7 +282,7 @@ func (t *Tool) Reserve(ctx context.Context) (context.Context, func()) {
 // Execute implements effects.Effect: one call of the upstream tool.
 func (t *Tool) Execute(ctx context.Context, req *effects.Request) (json.RawMessage, error) {
 	if code := t.Withdrawn(); code != "" {
-		return nil, effects.NotSent(code, fmt.Errorf("upstream %s tool %s is withdrawn (%s) until the operator pins it again (outboxd effects pin)", t.conn.u.name, t.locked.Name, code))
+		return nil, t.withdrawnError(code, req)
 	}
 	args, err := t.callArgs(req.Args, req.ProviderKey)
 	if err != nil {
