@@ -89,6 +89,15 @@ func Bind(f *File, lock *Lock, config *BindConfig) (*Catalog, error) {
 		}
 		c.locked[u.name] = lu
 		conn := NewConn(u, &ConnConfig{Logger: cfg.Logger, Version: cfg.Version})
+		conn.onSession = func(ctx context.Context, s *mcp.ClientSession) error {
+			listed, err := conn.listSession(ctx, s)
+			if err != nil {
+				return err
+			}
+			c.apply(ctx, conn, listed)
+			return nil
+		}
+		conn.withdrawn = func(tool string) string { return c.withdrawnTool(conn, tool) }
 		c.Conns = append(c.Conns, conn)
 		for _, lt := range lu.Tools {
 			switch lt.Class {
@@ -197,7 +206,8 @@ func (c *Catalog) Start(ctx context.Context) {
 }
 
 // compare lists one upstream's tools and withdraws or restores each of
-// its pinned tools.
+// its pinned tools. A new session is compared as it opens (Bind), before
+// it takes a call.
 func (c *Catalog) compare(ctx context.Context, conn *Conn) {
 	ctx, cancel := context.WithTimeout(ctx, conn.u.connectTimeout+conn.u.timeout)
 	defer cancel()
@@ -208,6 +218,12 @@ func (c *Catalog) compare(ctx context.Context, conn *Conn) {
 		}
 		return
 	}
+	c.apply(ctx, conn, listed)
+}
+
+// apply withdraws or restores each pinned tool of one upstream by its
+// listing.
+func (c *Catalog) apply(ctx context.Context, conn *Conn, listed []*mcp.Tool) {
 	live := map[string]*mcp.Tool{}
 	for _, t := range listed {
 		live[t.Name] = t
@@ -247,6 +263,22 @@ func (c *Catalog) compare(ctx context.Context, conn *Conn) {
 		p.withdraw(code)
 	}
 	// Unpinned tools are never listed: they are not in the lock.
+}
+
+// withdrawnTool is why the upstream tool name of conn takes no call, or
+// "": a recorded or pass-through tool withdrawn by the last listing.
+func (c *Catalog) withdrawnTool(conn *Conn, name string) string {
+	for _, t := range c.Recorded {
+		if t.conn == conn && t.locked.Name == name {
+			return t.Withdrawn()
+		}
+	}
+	for _, p := range c.Passthrough {
+		if p.conn == conn && p.locked.Name == name {
+			return p.Withdrawn()
+		}
+	}
+	return ""
 }
 
 // Close stops watching and ends every connection (children get their

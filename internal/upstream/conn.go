@@ -55,6 +55,14 @@ type Conn struct {
 	closed  atomic.Bool
 	// onListChanged is called when a session says its tools changed.
 	onListChanged func()
+	// onSession, when set, is given every new session (a child started or
+	// restarted, an HTTP session opened anew) before it takes a call: the
+	// catalog compares its listing with the pin. An error closes it.
+	onSession func(ctx context.Context, s *mcp.ClientSession) error
+	// withdrawn, when set, is why the upstream tool name takes no call
+	// (its withdrawal's code), or "": checked once a session is taken,
+	// since taking it may have found the tool drifted.
+	withdrawn func(tool string) string
 }
 
 // member is one child or HTTP session.
@@ -194,6 +202,13 @@ func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, fmt.Errorf("%w: reconnecting in %s after %d failures", errUnavailable, wait.Round(time.Millisecond), m.failures)
 	}
 	s, err := m.conn.dial(ctx, m)
+	if err == nil && m.conn.onSession != nil {
+		// A restarted child may be another version of the server: its
+		// tools are compared with the pin before any call reaches it.
+		if err = m.conn.onSession(ctx, s); err != nil {
+			_ = s.Close()
+		}
+	}
 	if err != nil {
 		m.failures++
 		backoff := min(upstreamBackoffMin<<min(m.failures-1, 6), upstreamBackoffMax)
@@ -421,13 +436,20 @@ func (c *Conn) ListTools(ctx context.Context) (server string, tools []*mcp.Tool,
 	if init := s.InitializeResult(); init != nil && init.ServerInfo != nil {
 		server = strings.TrimSpace(init.ServerInfo.Name + " " + init.ServerInfo.Version)
 	}
+	tools, err = c.listSession(ctx, s)
+	return server, tools, err
+}
+
+// listSession lists every tool of the upstream (all pages) over s.
+func (c *Conn) listSession(ctx context.Context, s *mcp.ClientSession) ([]*mcp.Tool, error) {
+	var tools []*mcp.Tool
 	for t, err := range s.Tools(ctx, nil) {
 		if err != nil {
-			return "", nil, fmt.Errorf("upstream %s: listing tools: %s", c.u.name, c.u.scrub(err.Error()))
+			return nil, fmt.Errorf("upstream %s: listing tools: %s", c.u.name, c.u.scrub(err.Error()))
 		}
 		tools = append(tools, t)
 	}
-	return server, tools, nil
+	return tools, nil
 }
 
 // callProbe records, for one call over HTTP, what the transport saw: the

@@ -137,3 +137,40 @@ func TestUpstreamMissingGrace(t *testing.T) {
 	require.Equal(t, effects.ClassNotSent, class)
 	require.Positive(t, wait)
 }
+
+// A new session (a child restarted, an HTTP session opened anew) is
+// compared with the pin before it takes a call: a tool changed under the
+// same name is never called through it, even before any periodic listing.
+func TestUpstreamSessionComparedBeforeCalls(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := mcp.NewServer(&mcp.Implementation{Name: "drifting", Version: "1"}, nil)
+	handler := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		calls.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+	}
+	srv.AddTool(&mcp.Tool{Name: "write", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)}, handler)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	f, err := upstream.ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"{env.URL}\"\n    connect_timeout: 2s\n"),
+		&declared.Config{LookupEnv: func(n string) (string, bool) { return hs.URL, n == "URL" }})
+	require.NoError(t, err)
+	conn := upstream.NewConn(f.Upstreams[0], nil)
+	server, listed, err := conn.ListTools(context.Background())
+	conn.Close()
+	require.NoError(t, err)
+	entry, problems := f.Upstreams[0].Pin(server, listed, nil)
+	require.Empty(t, problems)
+
+	// Changed after the pin, before outbox connects: no Start, no refresh.
+	srv.RemoveTools("write")
+	srv.AddTool(&mcp.Tool{Name: "write", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"to":{"type":"string"}}}`)}, handler)
+	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	_, err = c.Recorded[0].Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{"text":"a"}`), ProviderKey: "pk"})
+	class, code := effects.Classify(err)
+	require.Equal(t, effects.ClassNotSent, class, "%v", err)
+	require.Equal(t, upstream.CodeUpstreamDrift, code)
+	require.Zero(t, calls.Load(), "the drifted tool was never called")
+}

@@ -543,6 +543,11 @@ func (c *Conn) call(ctx context.Context, tool string, args map[string]any, g eff
 		return nil, nil, effects.NotSent(CodeUpstreamUnavailable, err)
 	}
 	defer release()
+	if c.withdrawn != nil {
+		if code := c.withdrawn(tool); code != "" {
+			return nil, nil, effects.NotSent(code, fmt.Errorf("upstream %s tool %s is withdrawn (%s) until the operator pins it again (outboxd effects pin)", c.u.name, tool, code))
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.u.timeout)
 	defer cancel()
 	// A client span under the attempt's, from its tracer provider (a no-op
