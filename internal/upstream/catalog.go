@@ -48,6 +48,10 @@ type Catalog struct {
 	// Warnings are the tools withdrawn at pin, one line each.
 	Warnings []string
 
+	// lookups are the tools pinned for look-ups only: not mirrored, but
+	// withdrawn on drift, so that a look-up never reads a changed tool.
+	lookups []*PassthroughTool
+
 	logger *slog.Logger
 	locked map[string]*LockedUpstream
 	drift  func(upstream, tool string)
@@ -105,6 +109,8 @@ func Bind(f *File, lock *Lock, config *BindConfig) (*Catalog, error) {
 				c.Warnings = append(c.Warnings, fmt.Sprintf("upstream %s: tool %s withdrawn: %s", u.name, lt.Name, lt.Withdrawn))
 			case ClassPassthrough:
 				c.Passthrough = append(c.Passthrough, &PassthroughTool{conn: conn, locked: lt, observe: cfg.ObserveCallFunc, schema: u.cleanSchema(lt.InputSchema)})
+			case ClassLookup:
+				c.lookups = append(c.lookups, &PassthroughTool{conn: conn, locked: lt})
 			case ClassRecorded:
 				t, err := newTool(conn, lt, u.toolDecl(lt.Name))
 				if err != nil {
@@ -252,7 +258,7 @@ func (c *Catalog) apply(ctx context.Context, conn *Conn, listed []*mcp.Tool) {
 		}
 		t.Withdraw(code)
 	}
-	for _, p := range c.Passthrough {
+	for _, p := range slices.Concat(c.Passthrough, c.lookups) {
 		if p.conn != conn {
 			continue
 		}
@@ -273,7 +279,7 @@ func (c *Catalog) withdrawnTool(conn *Conn, name string) string {
 			return t.Withdrawn()
 		}
 	}
-	for _, p := range c.Passthrough {
+	for _, p := range slices.Concat(c.Passthrough, c.lookups) {
 		if p.conn == conn && p.locked.Name == name {
 			return p.Withdrawn()
 		}

@@ -174,3 +174,79 @@ func TestUpstreamSessionComparedBeforeCalls(t *testing.T) {
 	require.Equal(t, upstream.CodeUpstreamDrift, code)
 	require.Zero(t, calls.Load(), "the drifted tool was never called")
 }
+
+// A look-up tool that is not mirrored is pinned as a look-up, and its
+// drift withdraws it: a look-up through a changed tool fails
+// (lookup_failed), never reads "not found".
+func TestUpstreamLookupToolPinned(t *testing.T) {
+	t.Parallel()
+	var finds atomic.Int32
+	srv := mcp.NewServer(&mcp.Implementation{Name: "notes", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "create", InputSchema: json.RawMessage(`{"type":"object","properties":{"body":{"type":"string"}}}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+		})
+	find := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		finds.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"notes":[]}`}}}, nil
+	}
+	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true}
+	srv.AddTool(&mcp.Tool{Name: "find", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: readOnly}, find)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	file := `upstreams:
+  up:
+    url: "{env.URL}"
+    refresh: 1s
+    connect_timeout: 2s
+    include: [create]
+    tools:
+      create:
+        guarantee: reconcilable
+        marker: {arg: body, append: " {provider_key}"}
+        lookup: {tool: find, items: result.data.notes, match: item.body.contains(provider_key)}
+`
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+		return hs.URL, n == "URL"
+	}})
+	require.NoError(t, err)
+	conn := upstream.NewConn(f.Upstreams[0], nil)
+	server, listed, err := conn.ListTools(context.Background())
+	conn.Close()
+	require.NoError(t, err)
+	entry, problems := f.Upstreams[0].Pin(server, listed, nil)
+	require.Empty(t, problems)
+	classes := map[string]string{}
+	for _, lt := range entry.Tools {
+		classes[lt.Name] = lt.Class
+	}
+	require.Equal(t, map[string]string{"create": upstream.ClassRecorded, "find": upstream.ClassLookup}, classes, "the look-up tool is pinned, not mirrored")
+
+	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	require.Empty(t, c.Passthrough, "a look-up tool is not mirrored")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c.Start(ctx)
+	tool := c.Recorded[0]
+	req := &effects.Request{Args: json.RawMessage(`{"body":"a"}`), ProviderKey: "pk"}
+	_, found, err := tool.LookupRequest(context.Background(), req, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.False(t, found)
+	require.EqualValues(t, 1, finds.Load())
+
+	// The look-up tool changes under the same name.
+	srv.RemoveTools("find")
+	srv.AddTool(&mcp.Tool{Name: "find", InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`), Annotations: readOnly}, find)
+	require.Eventually(t, func() bool {
+		_, _, err := tool.LookupRequest(context.Background(), req, time.Now().Add(-time.Hour))
+		return err != nil
+	}, 10*time.Second, 100*time.Millisecond)
+	before := finds.Load()
+	_, found, err = tool.LookupRequest(context.Background(), req, time.Now().Add(-time.Hour))
+	require.False(t, found)
+	require.ErrorContains(t, err, "lookup_failed")
+	require.ErrorContains(t, err, "withdrawn") // drift, or missing while it was replaced
+	require.Equal(t, before, finds.Load(), "a withdrawn look-up tool is not called")
+}

@@ -26,6 +26,9 @@ const (
 	ClassRecorded    = "recorded"
 	ClassPassthrough = "passthrough"
 	ClassWithdrawn   = "withdrawn"
+	// ClassLookup is a tool that is not mirrored but that a reconcilable
+	// tool's look-up calls: pinned, so that its drift is seen too.
+	ClassLookup = "lookup"
 )
 
 // textMax bounds text from an upstream that reaches the model.
@@ -55,7 +58,7 @@ type LockedTool struct {
 	Name string `json:"name"`
 	// Mirrored is its name on outbox's MCP endpoints.
 	Mirrored string `json:"mirrored"`
-	// Class is recorded, passthrough or withdrawn.
+	// Class is recorded, passthrough, withdrawn or lookup.
 	Class string `json:"class"`
 	// Guarantee is a recorded tool's.
 	Guarantee effects.Guarantee `json:"guarantee,omitempty"`
@@ -297,14 +300,20 @@ func (u *Upstream) Pin(server string, listed []*mcp.Tool, opts *PinOpts) (entry 
 				}
 			}
 			if lookupTool == nil {
-				// A look-up tool need not be mirrored, but must exist.
+				// A look-up tool need not be mirrored, but must exist, and
+				// is pinned as a look-up: its listing is compared too.
 				for _, t := range listed {
 					if t.Name == d.lookup.tool {
-						lookupTool = &LockedTool{Class: ClassPassthrough}
+						lookupTool = &LockedTool{Name: t.Name, Class: ClassLookup, Description: cleanText(t.Description),
+							Annotations: t.Annotations, ListedSHA256: listedSHA256(t)}
+						lookupTool.InputSchema, _ = json.Marshal(t.InputSchema)
 						if t.Annotations == nil || !t.Annotations.ReadOnlyHint {
 							if decl := u.toolDecl(t.Name); decl == nil || !decl.passthrough {
 								lookupTool.Class = ClassRecorded
 							}
+						}
+						if lookupTool.Class == ClassLookup && !slices.ContainsFunc(entry.Tools, func(lt *LockedTool) bool { return lt.Name == t.Name }) {
+							entry.Tools = append(entry.Tools, lookupTool)
 						}
 					}
 				}

@@ -28,7 +28,7 @@ func PinFile(ctx context.Context, file *File, taken map[string]string, version s
 		problems = append(problems, p...)
 		lock.Upstreams[u.Name()] = entry
 		for _, lt := range entry.Tools {
-			if lt.Class != ClassWithdrawn {
+			if lt.Mirrored != "" && lt.Class != ClassWithdrawn {
 				taken[lt.Mirrored] = "upstream " + u.Name() + " tool " + lt.Name
 			}
 		}
