@@ -158,6 +158,13 @@ type Config struct {
 	// configured.
 	TracerProvider trace.TracerProvider
 
+	// HeldQueueFunc, when set, says why this dispatcher does not work a
+	// River queue for now ("" to work it): a job of a held queue goes back,
+	// snoozed, before anything of its intent is read or claimed, for a
+	// replica that works it (an MCP upstream whose lock differs from the
+	// one the replicas recorded). Defaults to none held.
+	HeldQueueFunc func(queue string) string
+
 	// Workers is the number of River workers per effect queue. Defaults to
 	// WorkersDefault.
 	Workers int
@@ -287,6 +294,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		Metrics:        c.Metrics,
 		Schema:         c.Schema,
 		TracerProvider: c.TracerProvider,
+		HeldQueueFunc:  c.HeldQueueFunc,
 	})
 	if err != nil {
 		return nil, err

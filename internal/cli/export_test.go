@@ -9,3 +9,7 @@ func SetGaugeRefreshInterval(d time.Duration) { gaugeRefreshInterval.Store(int64
 // ResolveCommand is the curl command the demo prints for resolving the email
 // it left unknown.
 var ResolveCommand = resolveCommand
+
+// SetUpstreamAgreeInterval sets how often serve reads the upstreams'
+// recorded locks.
+func SetUpstreamAgreeInterval(d time.Duration) { upstreamAgreeInterval.Store(int64(d)) }

@@ -19,9 +19,11 @@ import (
 	"github.com/outbox-dev/outbox/internal/console"
 	"github.com/outbox-dev/outbox/internal/daemon"
 	"github.com/outbox-dev/outbox/internal/effectset"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/keyguard"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/metrics"
+	"github.com/outbox-dev/outbox/internal/upstream"
 	"github.com/outbox-dev/outbox/migrations"
 )
 
@@ -58,6 +60,10 @@ var databaseErrors = metrics.NewDatabaseErrors()
 // in nanoseconds; 0 keeps the default. Tests shorten it (export_test.go), so
 // that a scrape right after a run sees the run.
 var gaugeRefreshInterval atomic.Int64
+
+// upstreamAgreeInterval overrides how often serve reads the upstreams'
+// recorded locks, for tests; 0 is upstream.AgreeConfig's default.
+var upstreamAgreeInterval atomic.Int64
 
 func (a *app) serve(ctx context.Context, args []string) error {
 	if _, err := a.parse(cmdServe, newFlagSet(cmdServe), args, 0, 0); err != nil {
@@ -130,6 +136,16 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	// calls run last in, first out).
 	defer set.Close()
 	set.Upstreams.Start(ctx)
+	// Replicas agree on each upstream's lock: this one records its own,
+	// and holds an upstream's queue while another replica's is recorded.
+	if err := set.Upstreams.Agree(ctx, pool, intentdb.New(cfg.Schema), &upstream.AgreeConfig{
+		Interval: time.Duration(upstreamAgreeInterval.Load()),
+		ObserveHeldFunc: func(name string, held bool) {
+			set.Metrics.UpstreamLockMismatch.WithLabelValues(name).Set(map[bool]float64{false: 0, true: 1}[held])
+		},
+	}); err != nil {
+		return err
+	}
 	registry := set.Registry
 	if len(registry.Names()) == 0 {
 		return errors.New("no effect is enabled: configure a provider or set OUTBOX_SANDBOX=true")
@@ -198,7 +214,9 @@ func daemonConfig(cfg *Config, set *effectset.Set, logger *slog.Logger) *daemon.
 			ReconcileInterval:         cfg.ReconcileInterval,
 			Retention:                 cfg.Retention,
 			Workers:                   cfg.Workers,
+			HeldQueueFunc:             set.Upstreams.HeldQueue,
 		},
+		HeldFunc:             set.Upstreams.Held,
 		Effects:              set.Registry,
 		GaugeRefreshInterval: time.Duration(gaugeRefreshInterval.Load()),
 		HTTPAddr:             cfg.HTTPAddr,

@@ -135,6 +135,11 @@ type Config struct {
 	// Version is reported by the API and MCP. Defaults to
 	// mcpserver.VersionDefault.
 	Version string
+
+	// HeldFunc, when set, is /readyz's detail: by MCP upstream, why this
+	// replica does not work its queue (its lock differs from the one the
+	// replicas recorded). The replica stays ready: it serves the rest.
+	HeldFunc func() map[string]string
 }
 
 // withDefaults returns a copy of c with every zero setting at its default,
@@ -319,7 +324,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 
 	handlerConfig := &httpHandlerConfig{
 		API: api, AuthFailureFunc: d.metrics.authFailures.Inc, Console: consoleHandler, Logger: c.Logger,
-		Metrics: d.metrics.registry, Ready: newReadyz(migrator, c.Logger), RiverUI: ui,
+		Metrics: d.metrics.registry, Ready: newReadyz(migrator, c.HeldFunc, c.Logger), RiverUI: ui,
 		UIPassword: c.Console.UIPassword, UIUser: c.Console.UIUser,
 		// One budget of wrong credentials per address, across both
 		// listeners.

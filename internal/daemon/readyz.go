@@ -17,7 +17,10 @@ const readyTimeout = 5 * time.Second
 // migrator's migrations are current, else 503 with the reason. Probes call
 // it without credentials. Its answers are those of the API's document
 // (httpapi's openapi.yaml, Readiness).
-func newReadyz(migrator *migrations.Migrator, logger *slog.Logger) http.Handler {
+//
+// held, when set, names the MCP upstreams whose queue this replica holds:
+// listed as held_upstreams, the replica still ready for the rest.
+func newReadyz(migrator *migrations.Migrator, held func() map[string]string, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
@@ -29,14 +32,20 @@ func newReadyz(migrator *migrations.Migrator, logger *slog.Logger) http.Handler 
 		case !st.UpToDate():
 			writeReadiness(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "pending migrations"})
 		default:
-			writeReadiness(w, http.StatusOK, map[string]string{"status": "ready"})
+			ready := map[string]any{"status": "ready"}
+			if held != nil {
+				if h := held(); len(h) > 0 {
+					ready["held_upstreams"] = h
+				}
+			}
+			writeReadiness(w, http.StatusOK, ready)
 		}
 	})
 }
 
 // writeReadiness writes v as /readyz's answer, with the headers of the
 // API's answers.
-func writeReadiness(w http.ResponseWriter, status int, v map[string]string) {
+func writeReadiness[V any](w http.ResponseWriter, status int, v map[string]V) {
 	// JSON, never sniffed into HTML.
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Type", "application/json")

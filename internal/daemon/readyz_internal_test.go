@@ -26,8 +26,12 @@ func TestReadyz(t *testing.T) {
 	readiness := doc.Components.Schemas["Readiness"].Value
 	require.NotNil(t, readiness)
 
-	serve := func(t *testing.T, pool *pgxpool.Pool, schema string) *httptest.ResponseRecorder {
+	serve := func(t *testing.T, pool *pgxpool.Pool, schema string, held ...string) *httptest.ResponseRecorder {
 		t.Helper()
+		var heldFunc func() map[string]string
+		if len(held) > 0 {
+			heldFunc = func() map[string]string { return map[string]string{held[0]: held[1]} }
+		}
 		migrator, err := migrations.New(pool, schema)
 		require.NoError(t, err)
 		// Behind the API's: a request with no credentials is served.
@@ -35,7 +39,7 @@ func TestReadyz(t *testing.T) {
 			API: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				w.WriteHeader(http.StatusUnauthorized)
 			}),
-			Ready: newReadyz(migrator, slog.New(slog.DiscardHandler)),
+			Ready: newReadyz(migrator, heldFunc, slog.New(slog.DiscardHandler)),
 		}, partsAll)
 		rec := httptest.NewRecorder()
 		handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
@@ -53,6 +57,16 @@ func TestReadyz(t *testing.T) {
 		rec := serve(t, pool, schema)
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.JSONEq(t, `{"status": "ready"}`, rec.Body.String())
+	})
+
+	// A replica whose lock of an MCP upstream differs from the recorded
+	// one says so, and stays ready for the rest.
+	t.Run("HeldUpstream", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := testdb.MigratedSchema(t)
+		rec := serve(t, pool, schema, "notes", "this replica's lock differs")
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.JSONEq(t, `{"status": "ready", "held_upstreams": {"notes": "this replica's lock differs"}}`, rec.Body.String())
 	})
 
 	t.Run("PendingMigrations", func(t *testing.T) {

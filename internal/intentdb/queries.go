@@ -32,6 +32,7 @@ type Queries struct {
 	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
 	sqlStateKey, sqlRequestedHost, sqlUseState, sqlStatesUsed                                 string
 	sqlCheckpoint, sqlSetCheckpoint                                                           string
+	sqlRecordUpstreamLock, sqlUpstreamLocks                                                   string
 }
 
 // statements are the long statements, each in a file of its own beside
@@ -81,6 +82,7 @@ func New(schema string) *Queries {
 	q.renderBrowse(r)
 	q.renderHostApproval(r)
 	q.renderCheckpoint(r)
+	q.renderUpstreamLock(r)
 	return q
 }
 

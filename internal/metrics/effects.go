@@ -20,6 +20,11 @@ type Effects struct {
 	// UpstreamDrift is outbox_upstream_drift_total{upstream,tool}: upstream
 	// tools found to differ from their pin, and so withdrawn.
 	UpstreamDrift *prometheus.CounterVec
+
+	// UpstreamLockMismatch is outbox_upstream_lock_mismatch{upstream}: 1
+	// while this replica's lock of an upstream differs from the one the
+	// replicas recorded, and so it does not work the upstream's queue.
+	UpstreamLockMismatch *prometheus.GaugeVec
 }
 
 // NewEffects returns the counters, each at no series until counted.
@@ -37,10 +42,14 @@ func NewEffects() *Effects {
 			Name: "outbox_upstream_drift_total",
 			Help: "MCP upstream tools found to differ from their pin (or missing), and so withdrawn until pinned again.",
 		}, []string{"upstream", "tool"}),
+		UpstreamLockMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_upstream_lock_mismatch",
+			Help: "1 while this replica's lock of an MCP upstream differs from the one the last started replica recorded: it does not work the upstream's queue until restarted with that lock.",
+		}, []string{"upstream"}),
 	}
 }
 
 // Collectors returns the counters, to register on a registry.
 func (e *Effects) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{e.DeclaredRuleErrors, e.UpstreamCalls, e.UpstreamDrift}
+	return []prometheus.Collector{e.DeclaredRuleErrors, e.UpstreamCalls, e.UpstreamDrift, e.UpstreamLockMismatch}
 }

@@ -19,6 +19,10 @@ import (
 	"github.com/outbox-dev/outbox/workers"
 )
 
+// HeldQueueSnooze is how long a job of a queue this replica holds waits
+// before it is fetched again, by whichever replica.
+const HeldQueueSnooze = time.Second
+
 // RetryAfterMax caps how long an attempt honours a provider's Retry-After:
 // a provider that asks for an hour is asked again after this, with no
 // attempt spent.
@@ -66,6 +70,9 @@ type IntentWorkerConfig struct {
 	// requests as its children. Defaults to the global provider, a no-op
 	// unless traces were configured.
 	TracerProvider trace.TracerProvider
+	// HeldQueueFunc, when set, says why this worker does not work a River
+	// queue for now, or "" (dispatcher.Config's).
+	HeldQueueFunc func(queue string) string
 }
 
 // IntentWorker is the River worker executing intents. Start it before the
@@ -79,6 +86,7 @@ type IntentWorker struct {
 	maxAttempts   int
 	metrics       *workers.Metrics
 	tracer        trace.Tracer
+	heldQueue     func(queue string) string
 
 	claims   *batcher[claimReq, claimOutcome]
 	finishes *batcher[intentdb.Finish, bool]
@@ -139,6 +147,7 @@ func NewIntentWorker(pool *pgxpool.Pool, config *IntentWorkerConfig) (*IntentWor
 		maxAttempts:   c.MaxAttempts,
 		metrics:       c.Metrics,
 		tracer:        c.TracerProvider.Tracer(workers.TracerName),
+		heldQueue:     c.HeldQueueFunc,
 	}
 	st := &store{pool: pool, queries: intentdb.New(c.Schema)}
 	// A batch's statement gets the effect timeout as its deadline: long
@@ -175,6 +184,25 @@ func (w *IntentWorker) MaxAttempts() int { return w.maxAttempts + MaxAttemptsMar
 // Work runs one attempt of an intent; see the package documentation for the
 // order of its steps, and Decide for what follows each of them.
 func (w *IntentWorker) Work(ctx context.Context, job *river.Job[workers.IntentArgs]) error {
+	if w.heldQueue != nil {
+		if reason := w.heldQueue(job.Queue); reason != "" {
+			// Nothing read, nothing claimed: the job goes back for a
+			// replica that works its queue, and spends no attempt.
+			w.logger.DebugContext(ctx, "job of a held queue snoozed", "queue", job.Queue, "intent_id", job.Args.IntentID, "reason", reason)
+			return river.JobSnooze(HeldQueueSnooze)
+		}
+	}
+	if job.Args.Effect != "" {
+		if _, ok := w.effects.Get(job.Args.Effect); !ok {
+			// A shared queue's job (an MCP upstream's) of an effect this
+			// replica does not run: another replica's lock has the tool,
+			// and this one's does not (a rollout, a re-pin). Never failed
+			// here: nothing read, nothing claimed, back for a replica that
+			// runs it.
+			w.logger.DebugContext(ctx, "job of an effect this replica does not run snoozed", "queue", job.Queue, "effect", job.Args.Effect, "intent_id", job.Args.IntentID)
+			return river.JobSnooze(HeldQueueSnooze)
+		}
+	}
 	effect := job.Args.Effect
 	if effect == "" {
 		effect = job.Queue

@@ -52,6 +52,11 @@ type Catalog struct {
 	// withdrawn on drift, so that a look-up never reads a changed tool.
 	lookups []*PassthroughTool
 
+	// holds are the upstreams whose queue this replica does not work
+	// (Agree).
+	holds     holds
+	stopAgree context.CancelFunc
+
 	logger *slog.Logger
 	locked map[string]*LockedUpstream
 	drift  func(upstream, tool string)
@@ -292,6 +297,9 @@ func (c *Catalog) withdrawnTool(conn *Conn, name string) string {
 func (c *Catalog) Close() {
 	if c.stop != nil {
 		c.stop()
+	}
+	if c.stopAgree != nil {
+		c.stopAgree()
 	}
 	c.wg.Wait()
 	var wg sync.WaitGroup

@@ -123,7 +123,7 @@ func (t *Tool) Wait() time.Duration { return t.conn.u.wait }
 // Queue implements effects.Queuer: an upstream's recorded tools share one
 // River queue, upstream_<name>, whose workers are the upstream's processes
 // x max_in_flight (Workers).
-func (t *Tool) Queue() string { return "upstream_" + t.conn.u.name }
+func (t *Tool) Queue() string { return QueueName(t.conn.u.name) }
 
 // Namespaces are the namespaces that see the tool; empty means all.
 func (t *Tool) Namespaces() []string { return t.conn.u.Namespaces() }
