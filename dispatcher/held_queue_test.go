@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/sandbox/noop"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -80,4 +81,36 @@ func TestHeldSharedQueue(t *testing.T) {
 	count, err := noop.Count(ctx, b.pool, b.schema, "")
 	require.NoError(t, err)
 	require.Equal(t, n+1, count, "each once")
+}
+
+// An intent whose job waits in a shared queue for a tool no running
+// replica has (dropped by a re-pin, its upstream renamed) is reported
+// with the effects no replica runs, as one no drain took is.
+func TestUnservedSharedQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	tool := func(name string) effects.Effect {
+		e, err := noop.New(&noop.Config{Name: name, Guarantee: effects.GuaranteeAtMostOnce, Pool: b.pool, Schema: b.schema})
+		require.NoError(t, err)
+		return &queuedEffect{Effect: e, queue: "upstream_x"}
+	}
+	var err error
+	b.reg, err = effects.NewRegistry(tool("tool_a"), tool("tool_b"))
+	require.NoError(t, err)
+	b.client, err = outbox.NewClient(b.pool, &outbox.Config{Effects: b.reg, Schema: b.schema})
+	require.NoError(t, err)
+	_, err = b.client.Enqueue(ctx, &outbox.EnqueueParams{Key: "b", Effect: "tool_b", Args: map[string]any{}})
+	require.NoError(t, err)
+	// A replica that ran tool_b gave it its job, then went away.
+	n, err := b.dispatcher(t, nil).Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	unserved, err := intentdb.New(b.schema).Unserved(ctx, b.pool, []string{"tool_a"}, 0)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"tool_b": 1}, unserved)
+	unserved, err = intentdb.New(b.schema).Unserved(ctx, b.pool, []string{"tool_a", "tool_b"}, 0)
+	require.NoError(t, err)
+	require.Empty(t, unserved, "a replica that runs it serves it")
 }

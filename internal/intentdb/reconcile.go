@@ -43,14 +43,30 @@ func (q *Queries) renderReconcile(r func(string) string) {
 	// run, older than a drain would leave them if any replica ran them.
 	// An intent of an effect no drain runs waits in the dispatch queue: the
 	// drain that read it from the stream left it there.
-	q.sqlUnserved = r(`SELECT i.effect, count(*)
-		FROM {{schema}}.outbox_dispatch_queue d
-		JOIN {{schema}}.outbox_intent i ON i.id = d.id
-		WHERE i.job_id IS NULL AND i.state = 'pending'
-		  AND NOT (i.effect = ANY($1::text[]))
-		  AND i.created_at < now() - $2::interval
-		GROUP BY i.effect
-		ORDER BY i.effect`)
+	// So does one whose job waits in a shared queue (an MCP upstream's,
+	// its args naming the effect) that the replicas working the queue send
+	// back, lacking its tool (a re-pin dropped it, its upstream was
+	// renamed).
+	q.sqlUnserved = r(`SELECT effect, sum(n)::bigint FROM (
+			SELECT i.effect, count(*) AS n
+			FROM {{schema}}.outbox_dispatch_queue d
+			JOIN {{schema}}.outbox_intent i ON i.id = d.id
+			WHERE i.job_id IS NULL AND i.state = 'pending'
+			  AND NOT (i.effect = ANY($1::text[]))
+			  AND i.created_at < now() - $2::interval
+			GROUP BY i.effect
+			UNION ALL
+			SELECT i.effect, count(*)
+			FROM {{schema}}.outbox_intent i
+			JOIN {{schema}}.river_job j ON j.id = i.job_id
+			WHERE i.state IN ('pending', 'running') AND i.job_id IS NOT NULL
+			  AND j.state IN ('available', 'scheduled', 'retryable') AND j.args ? 'effect'
+			  AND NOT (i.effect = ANY($1::text[]))
+			  AND i.created_at < now() - $2::interval
+			GROUP BY i.effect
+		) u
+		GROUP BY effect
+		ORDER BY effect`)
 }
 
 // Stranded is a non-terminal intent whose River job is finalized or gone.
