@@ -88,7 +88,7 @@ func ToolsFor(registry *effects.Registry) ([]*EffectTool, error) {
 			tools = append(tools, &EffectTool{
 				Name:           u.Tool(),
 				Effect:         name,
-				Description:    u.Description() + "\n\nThe call is recorded as an intent and made once by a worker, however often it is repeated; the answer waits for it briefly, else comes in state \"pending\" (call get_intent with wait_seconds to learn the outcome)." + keyAdvice,
+				Description:    u.Description() + "\n\n" + upstreamCallAdvice(u.Wait()) + keyAdvice,
 				RawInputSchema: raw,
 				Upstream:       u.UpstreamName(),
 				Wait:           u.Wait(),
@@ -112,6 +112,15 @@ func ToolsFor(registry *effects.Registry) ([]*EffectTool, error) {
 		})
 	}
 	return tools, nil
+}
+
+// upstreamCallAdvice tells the model how a recorded upstream tool's call
+// answers: after the intent's end when it comes within wait, else pending.
+func upstreamCallAdvice(wait time.Duration) string {
+	if wait <= 0 {
+		return "The call is recorded as an intent and made once by a worker, however often it is repeated; the answer comes at once, in state \"pending\" (call get_intent with wait_seconds to learn the outcome)."
+	}
+	return fmt.Sprintf("The call is recorded as an intent and made once by a worker, however often it is repeated; the answer waits up to %s for the outcome, else comes in state \"pending\" (call get_intent with wait_seconds to learn it).", wait)
 }
 
 // requireOneOf is a ValidateFunc requiring at least one of the fields.

@@ -75,3 +75,22 @@ func TestUpstreamWithdrawnRefusesCalls(t *testing.T) {
 	call[answer](t, cs, "notes_create_note", map[string]any{"body": "a", "idempotency_key": "k1"})
 	require.Equal(t, 1, testdb.CountIntents(t, b.pool, b.schema))
 }
+
+// A recorded upstream tool's description says how long its call waits
+// for the outcome.
+func TestUpstreamToolDescriptionWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fake := &fakeUpstreamTool{wait: 10 * time.Second}
+	require.NoError(t, b.registry.Register(fake))
+	tools, err := mcpserver.ToolsFor(b.registry)
+	require.NoError(t, err)
+	var found bool
+	for _, tool := range tools {
+		if tool.Name == "notes_create_note" {
+			found = true
+			require.Contains(t, tool.Description, "waits up to 10s for the outcome")
+		}
+	}
+	require.True(t, found)
+}

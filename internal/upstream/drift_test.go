@@ -250,3 +250,15 @@ func TestUpstreamLookupToolPinned(t *testing.T) {
 	require.ErrorContains(t, err, "withdrawn") // drift, or missing while it was replaced
 	require.Equal(t, before, finds.Load(), "a withdrawn look-up tool is not called")
 }
+
+// wait defaults to 10 s: a quick upstream's call is answered in the same
+// call, not with pending.
+func TestUpstreamWaitDefault(t *testing.T) {
+	t.Parallel()
+	f, err := upstream.ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"http://127.0.0.1:9/mcp\"\n"), &declared.Config{})
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, f.Upstreams[0].Wait())
+	f, err = upstream.ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"http://127.0.0.1:9/mcp\"\n    wait: 0s\n"), &declared.Config{})
+	require.NoError(t, err)
+	require.Zero(t, f.Upstreams[0].Wait(), "0 answers at once")
+}

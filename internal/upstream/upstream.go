@@ -26,7 +26,10 @@ const (
 	RefreshDefault        = 5 * time.Minute
 	ResultMaxDefault      = 64 << 10
 	ResultMaxMax          = 1 << 20
-	WaitMax               = 60 * time.Second
+	// WaitDefault answers a quick upstream's call in the same call: most
+	// end well within it, and a slow one answers pending after it.
+	WaitDefault = 10 * time.Second
+	WaitMax     = 60 * time.Second
 )
 
 // Read-only hint policies.
@@ -232,7 +235,7 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 		timeout: l.cfg.EffectTimeout, connectTimeout: ConnectTimeoutDefault,
 		processes: ProcessesDefault, maxInFlight: MaxInFlightDefault,
 		refresh: RefreshDefault, resultMax: ResultMaxDefault,
-		missingGrace: MissingGraceDefault, resolved: map[string]string{},
+		missingGrace: MissingGraceDefault, resolved: map[string]string{}, wait: WaitDefault,
 	}
 	var err error
 	if u.description, err = optString(m, "description", fail); err != nil {
