@@ -389,8 +389,13 @@ func compileSchema(schema json.RawMessage) (*jsonschema.Schema, error) {
 func (d *ToolDecl) checkAgainst(schema json.RawMessage) error {
 	var m struct {
 		Properties map[string]struct {
-			Type      any  `json:"type"`
-			MaxLength *int `json:"maxLength"`
+			Type      any    `json:"type"`
+			MaxLength *int   `json:"maxLength"`
+			MinLength *int   `json:"minLength"`
+			Format    string `json:"format"`
+			Pattern   string `json:"pattern"`
+			Enum      []any  `json:"enum"`
+			Const     any    `json:"const"`
 		} `json:"properties"`
 		Required []string `json:"required"`
 	}
@@ -415,6 +420,19 @@ func (d *ToolDecl) checkAgainst(schema json.RawMessage) error {
 			return fmt.Errorf("key_arg %s is not a string property of the upstream's schema", d.keyArg)
 		case maxLen != nil && *maxLen < effectfile.ProviderKeyLength:
 			return fmt.Errorf("key_arg %s: its maxLength %d is below the provider key's %d characters", d.keyArg, *maxLen, effectfile.ProviderKeyLength)
+		}
+		// outbox fills key_arg with the provider key: a constraint beyond
+		// a string's length would refuse every call at the upstream.
+		p := m.Properties[d.keyArg]
+		switch {
+		case p.MinLength != nil && *p.MinLength > effectfile.ProviderKeyLength:
+			return fmt.Errorf("key_arg %s: its minLength %d is above the provider key's %d characters", d.keyArg, *p.MinLength, effectfile.ProviderKeyLength)
+		case p.Format != "":
+			return fmt.Errorf("key_arg %s: its schema has a format (%s) that the provider key outbox sets would not meet", d.keyArg, p.Format)
+		case p.Pattern != "":
+			return fmt.Errorf("key_arg %s: its schema has a pattern that the provider key outbox sets would not meet", d.keyArg)
+		case p.Enum != nil || p.Const != nil:
+			return fmt.Errorf("key_arg %s: its schema allows fixed values only (enum or const), never the provider key outbox sets", d.keyArg)
 		}
 	}
 	if d.marker != nil {

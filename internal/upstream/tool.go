@@ -223,7 +223,13 @@ func (t *Tool) ValidateArgs(args json.RawMessage) error {
 		}
 	}
 	if t.decl != nil && t.decl.marker != nil {
-		s, _ := inst[t.decl.marker.arg].(string)
+		v, present := inst[t.decl.marker.arg]
+		s, isString := v.(string)
+		if present && v != nil && !isString {
+			// The marker is text added to a string: anything else would be
+			// replaced by it at send time.
+			return &effects.ArgError{Field: t.decl.marker.arg, Message: "must be a string (outbox adds its marker to it)"}
+		}
 		inst[t.decl.marker.arg] = s + strings.Repeat("x", t.decl.marker.length())
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(mustJSON(inst)))

@@ -30,6 +30,9 @@ const (
 	// end well within it, and a slow one answers pending after it.
 	WaitDefault = 10 * time.Second
 	WaitMax     = 60 * time.Second
+	// RiverWorkersMax is the most workers River gives one queue: an
+	// upstream's queue has processes x max_in_flight.
+	RiverWorkersMax = 10000
 )
 
 // Read-only hint policies.
@@ -393,6 +396,10 @@ func (l *loader) upstream(name string, v any) (*Upstream, error) {
 			return nil, fail(d.field, "must be a whole number from %d to %d, not %v", d.min, d.max, v)
 		}
 		*d.dst = n
+	}
+	if n := u.processes * u.maxInFlight; n > RiverWorkersMax {
+		// River refuses a queue of more workers: serve would not start.
+		return nil, fail("max_in_flight", "processes x max_in_flight is %d x %d = %d: a River queue takes at most %d workers", u.processes, u.maxInFlight, n, RiverWorkersMax)
 	}
 	if r, ok := m.Get("read_only_hints"); ok {
 		s, _ := r.(string)

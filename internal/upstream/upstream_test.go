@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/internal/upstream"
 )
@@ -54,6 +55,7 @@ func TestUpstreamsRefused(t *testing.T) {
 		{"PassthroughWithGuarantee", head + "    tools:\n      list: {passthrough: true, guarantee: at_most_once}\n", "upstream gh: tools.list.guarantee: a pass-through tool"},
 		{"BadName", "upstreams:\n  Git_Hub:\n    command: [server]\n", "upstream Git_Hub: an upstream's name must match"},
 		{"WaitTooLong", head + "    wait: 5m\n", "upstream gh: wait: must be a Go duration from 0s to 1m0s"},
+		{"MoreWorkersThanRiverTakes", head + "    processes: 20\n    max_in_flight: 1000\n", "upstream gh: max_in_flight: processes x max_in_flight is 20 x 1000 = 20000: a River queue takes at most 10000 workers"},
 		{"UnknownField", head + "    retries: 3\n", "upstream gh: retries: unknown field"},
 		{"LookupArgFromEnv", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"{provider_key}\"}\n        lookup: {tool: l, args: {token: \"{env.TOKEN}\"}, items: result.data, match: item.body.contains(provider_key)}\n",
 			"upstream gh: tools.create_issue.lookup.args.token"},
@@ -159,6 +161,10 @@ func TestUpstreamPin(t *testing.T) {
 		}{
 			"KeyArgNotInSchema":    {listedTool("send", `{"type":"object","properties":{"to":{"type":"string"}}}`, false), "key_arg idempotencyKey is not a string property"},
 			"KeyArgTooShort":       {listedTool("send", `{"type":"object","properties":{"idempotencyKey":{"type":"string","maxLength":20}}}`, false), "maxLength 20 is below"},
+			"KeyArgFormat":         {listedTool("send", `{"type":"object","properties":{"idempotencyKey":{"type":"string","format":"uuid"}}}`, false), "key_arg idempotencyKey: its schema has a format (uuid)"},
+			"KeyArgPattern":        {listedTool("send", `{"type":"object","properties":{"idempotencyKey":{"type":"string","pattern":"^[0-9]+$"}}}`, false), "key_arg idempotencyKey: its schema has a pattern"},
+			"KeyArgEnum":           {listedTool("send", `{"type":"object","properties":{"idempotencyKey":{"type":"string","enum":["a","b"]}}}`, false), "key_arg idempotencyKey: its schema allows fixed values only"},
+			"KeyArgMinLength":      {listedTool("send", `{"type":"object","properties":{"idempotencyKey":{"type":"string","minLength":64}}}`, false), "key_arg idempotencyKey: its minLength 64 is above"},
 			"MarkerArgNotString":   {listedTool("create_issue", `{"type":"object","required":["repo"],"properties":{"repo":{"type":"string"},"body":{"type":"integer"}}}`, false), "marker.arg body is not a string"},
 			"LookupArgNotRequired": {listedTool("create_issue", `{"type":"object","properties":{"repo":{"type":"string"},"body":{"type":"string"}}}`, false), "{args.repo} is not a required argument"},
 			"IdempotencyKeyTaken":  {listedTool("send", `{"type":"object","properties":{"idempotencyKey":{"type":"string"},"idempotency_key":{"type":"string"}}}`, false), "already has a property idempotency_key"},
@@ -217,6 +223,17 @@ func TestUpstreamPin(t *testing.T) {
 		require.NotContains(t, string(send.ArgsSchema()), "idempotencyKey", "key_arg is outbox's")
 		require.Error(t, send.ValidateArgs(json.RawMessage(`{"to":"a","idempotencyKey":"x"}`)))
 		require.NoError(t, send.ValidateArgs(json.RawMessage(`{"to":"a"}`)))
+		var create *upstream.Tool
+		for _, r := range c.Recorded {
+			if r.Name() == "gh_create_issue" {
+				create = r
+			}
+		}
+		require.NotNil(t, create)
+		var argErr *effects.ArgError
+		require.ErrorAs(t, create.ValidateArgs(json.RawMessage(`{"repo":"r","title":"t","body":5}`)), &argErr, "a non-string marker argument would be replaced by the marker")
+		require.Equal(t, "body", argErr.Field)
+		require.NoError(t, create.ValidateArgs(json.RawMessage(`{"repo":"r","title":"t","body":"text"}`)))
 		require.NoError(t, send.CheckApprovalRule("to", false))
 		require.Error(t, send.CheckApprovalRule("to", true), "not a number")
 		require.Error(t, send.CheckApprovalRule("amount", false), "not in the pinned schema")
