@@ -364,7 +364,7 @@ func (p *PassthroughTool) Call(ctx context.Context, args json.RawMessage) (*mcp.
 	outcome := "passthrough"
 	defer func() {
 		if p.observe != nil {
-			p.observe(p.conn.u.name, p.locked.Mirrored, outcome)
+			p.observe(p.conn.u.name, p.locked.Name, outcome)
 		}
 	}()
 	if code := p.Withdrawn(); code != "" {

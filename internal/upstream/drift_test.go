@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,7 +49,21 @@ func TestUpstreamDrift(t *testing.T) {
 	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}
 
 	var drifts atomic.Int32
-	c, err := upstream.Bind(f, lock, &upstream.BindConfig{ObserveDriftFunc: func(string, string) { drifts.Add(1) }})
+	var mu sync.Mutex
+	var named []string // the tool label of every call and drift counted
+	c, err := upstream.Bind(f, lock, &upstream.BindConfig{
+		ObserveDriftFunc: func(_, tool string) {
+			drifts.Add(1)
+			mu.Lock()
+			named = append(named, tool)
+			mu.Unlock()
+		},
+		ObserveCallFunc: func(_, tool, _ string) {
+			mu.Lock()
+			named = append(named, tool)
+			mu.Unlock()
+		},
+	})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	require.Len(t, c.Recorded, 1)
@@ -82,6 +97,14 @@ func TestUpstreamDrift(t *testing.T) {
 	_, err = tool.Execute(context.Background(), req)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, calls.Load())
+	// outbox_upstream_calls_total and outbox_upstream_drift_total name a
+	// tool alike: by its name at the upstream, beside the upstream's.
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, named)
+	for _, tool := range named {
+		require.Equal(t, "write", tool)
+	}
 }
 
 // A tool missing from its upstream waits, without spending attempts, for

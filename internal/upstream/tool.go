@@ -297,7 +297,7 @@ func (t *Tool) Execute(ctx context.Context, req *effects.Request) (json.RawMessa
 	outcome := "succeeded"
 	defer func() {
 		if t.observe != nil {
-			t.observe(t.conn.u.name, t.name, outcome)
+			t.observe(t.conn.u.name, t.locked.Name, outcome)
 		}
 	}()
 	if len(req.Checkpoint) > 0 {
