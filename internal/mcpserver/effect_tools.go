@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/effects/charge"
@@ -42,6 +43,11 @@ type EffectTool struct {
 
 	// Title is a short human-readable name. Defaults to none.
 	Title string
+
+	// Annotations, when set, replace the mutating tools' annotations: a
+	// recorded MCP upstream tool's, the upstream's hints with outbox's
+	// guarantee. Defaults to none.
+	Annotations *mcp.ToolAnnotations
 
 	// Upstream names the MCP upstream of a recorded upstream tool, whose
 	// answers carry the upstream's stored result. Defaults to none.
@@ -85,7 +91,10 @@ func ToolsFor(registry *effects.Registry) ([]*EffectTool, error) {
 			if err != nil {
 				return nil, fmt.Errorf("mcpserver: tool %s: %w", u.Tool(), err)
 			}
+			title, annotations := upstreamAnnotations(e)
 			tools = append(tools, &EffectTool{
+				Title:          title,
+				Annotations:    annotations,
 				Name:           u.Tool(),
 				Effect:         name,
 				Description:    u.Description() + "\n\n" + upstreamCallAdvice(u.Wait()) + keyAdvice,
@@ -112,6 +121,36 @@ func ToolsFor(registry *effects.Registry) ([]*EffectTool, error) {
 		})
 	}
 	return tools, nil
+}
+
+// upstreamAnnotated is a recorded upstream tool that keeps what its
+// upstream said of it: its title and hints (internal/upstream, Tool).
+type upstreamAnnotated interface {
+	Title() string
+	UpstreamAnnotations() *mcp.ToolAnnotations
+}
+
+// upstreamAnnotations are a recorded upstream tool's title and
+// annotations: the upstream's title and its destructive and open-world
+// hints (what the tool does is the upstream's to say), and outbox's
+// guarantee, idempotent (a repeated call with the same key has no further
+// effect: it answers the first call's intent), whatever the upstream said.
+func upstreamAnnotations(e effects.Effect) (string, *mcp.ToolAnnotations) {
+	ann := &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(true)}
+	a, ok := e.(upstreamAnnotated)
+	if !ok {
+		return "", ann
+	}
+	ann.Title = a.Title()
+	if up := a.UpstreamAnnotations(); up != nil {
+		if up.DestructiveHint != nil {
+			ann.DestructiveHint = ptr(*up.DestructiveHint)
+		}
+		if up.OpenWorldHint != nil {
+			ann.OpenWorldHint = ptr(*up.OpenWorldHint)
+		}
+	}
+	return ann.Title, ann
 }
 
 // upstreamCallAdvice tells the model how a recorded upstream tool's call

@@ -316,13 +316,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 		if t.Upstream != "" {
 			outputSchema = upstreamOutputSchema()
 		}
-		srv.AddTool(&mcp.Tool{
-			Name:         t.Name,
-			Title:        t.Title,
-			Description:  t.Description,
-			InputSchema:  inputSchema,
-			OutputSchema: outputSchema,
-			Annotations: &mcp.ToolAnnotations{
+		annotations := t.Annotations
+		if annotations == nil {
+			annotations = &mcp.ToolAnnotations{
 				// A mutating tool acts on the world, and repeating a call with
 				// the same key has no further effect: the answer is the
 				// first call's intent.
@@ -330,7 +326,15 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 				IdempotentHint:  true,
 				OpenWorldHint:   ptr(true),
 				Title:           t.Title,
-			},
+			}
+		}
+		srv.AddTool(&mcp.Tool{
+			Name:         t.Name,
+			Title:        t.Title,
+			Description:  t.Description,
+			InputSchema:  inputSchema,
+			OutputSchema: outputSchema,
+			Annotations:  annotations,
 		}, s.effectToolHandler(t, resolved))
 	}
 	if err := s.addReadTools(srv); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects"
@@ -93,4 +94,43 @@ func TestUpstreamToolDescriptionWait(t *testing.T) {
 		}
 	}
 	require.True(t, found)
+}
+
+// annotatedUpstreamTool is a recorded upstream tool whose upstream gave it
+// a title and hints.
+type annotatedUpstreamTool struct{ fakeUpstreamTool }
+
+func (a *annotatedUpstreamTool) Title() string { return "Execute SQL" }
+func (a *annotatedUpstreamTool) UpstreamAnnotations() *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: false, OpenWorldHint: ptr(false), Title: "Execute SQL"}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// A mirrored recorded tool keeps the upstream's title and what its hints
+// say the tool does, and states outbox's guarantee: a repeated call with
+// the same key has no further effect (idempotent), whatever the upstream
+// said.
+func TestUpstreamToolAnnotations(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.registry.Register(&annotatedUpstreamTool{}))
+	tools, err := mcpserver.ToolsFor(b.registry)
+	require.NoError(t, err)
+	cs := b.connect(t, &mcpserver.Config{Tools: tools})
+	list, err := cs.ListTools(t.Context(), nil)
+	require.NoError(t, err)
+	var got *mcp.Tool
+	for _, tool := range list.Tools {
+		if tool.Name == "notes_create_note" {
+			got = tool
+		}
+	}
+	require.NotNil(t, got)
+	require.Equal(t, "Execute SQL", got.Title)
+	require.NotNil(t, got.Annotations)
+	require.Equal(t, "Execute SQL", got.Annotations.Title)
+	require.True(t, got.Annotations.IdempotentHint, "outbox's guarantee")
+	require.Equal(t, ptr(true), got.Annotations.DestructiveHint)
+	require.Equal(t, ptr(false), got.Annotations.OpenWorldHint, "the upstream's to say")
 }

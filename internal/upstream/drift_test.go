@@ -285,3 +285,22 @@ func TestUpstreamWaitDefault(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, f.Upstreams[0].Wait(), "0 answers at once")
 }
+
+// The lock keeps the upstream's title of a tool (its own, else its
+// annotations'), which the mirrored tool shows.
+func TestUpstreamPinKeepsTitle(t *testing.T) {
+	t.Parallel()
+	f, err := upstream.ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"http://127.0.0.1:9/mcp\"\n"), &declared.Config{})
+	require.NoError(t, err)
+	entry, problems := f.Upstreams[0].Pin("srv", []*mcp.Tool{
+		{Name: "execute_sql", Title: "Execute SQL\u200b", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		{Name: "drop", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{Title: "Drop a table", DestructiveHint: new(true)}},
+	}, nil)
+	require.Empty(t, problems)
+	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	require.Equal(t, "Execute SQL", c.Recorded[0].Title(), "cleaned")
+	require.Equal(t, "Drop a table", c.Recorded[1].Title())
+	require.True(t, *c.Recorded[1].UpstreamAnnotations().DestructiveHint)
+}

@@ -64,6 +64,9 @@ type LockedTool struct {
 	Guarantee effects.Guarantee `json:"guarantee,omitempty"`
 	// Withdrawn says why a tool is not mirrored.
 	Withdrawn string `json:"withdrawn,omitempty"`
+	// Title is the upstream's title of the tool (its own, else its
+	// annotations'), cleaned and capped.
+	Title string `json:"title,omitempty"`
 	// Description is the upstream's, cleaned and capped.
 	Description string `json:"description"`
 	// InputSchema is the upstream's input schema, as listed.
@@ -235,6 +238,11 @@ func (u *Upstream) Pin(server string, listed []*mcp.Tool, opts *PinOpts) (entry 
 		// What the upstream says is kept for the model scrubbed, cleaned and
 		// capped; the listing's hash, for drift, is of what it said.
 		lt := &LockedTool{Name: t.Name, Description: u.cleanListing(t.Description), Annotations: u.cleanAnnotations(t.Annotations), ListedSHA256: listedSHA256(t)}
+		lt.Title = t.Title
+		if lt.Title == "" && t.Annotations != nil {
+			lt.Title = t.Annotations.Title
+		}
+		lt.Title = u.cleanListing(lt.Title)
 		lt.InputSchema, _ = json.Marshal(t.InputSchema)
 		lt.InputSchema = u.cleanSchema(lt.InputSchema)
 		decl := u.toolDecl(t.Name)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/outbox-dev/outbox/internal/testdb"
 )
 
 // childEnv, set in a process's environment, makes the test binary an MCP
@@ -21,7 +23,8 @@ func TestMain(m *testing.M) {
 		runChild()
 		return
 	}
-	os.Exit(m.Run())
+	// The database, for the tests of replicas agreeing on a lock.
+	testdb.Main(m)
 }
 
 // runChild serves the test child's tools on stdio until stdin ends:

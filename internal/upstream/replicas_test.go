@@ -16,7 +16,6 @@ import (
 	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
 
 // Replicas agree on an upstream's lock: the last started one records its
 // own, and a running replica whose lock differs from the recorded one

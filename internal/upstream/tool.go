@@ -108,6 +108,14 @@ func (t *Tool) Tool() string { return t.name }
 // the upstream's (cleaned and capped when pinned).
 func (t *Tool) Description() string { return t.description }
 
+// Title is the upstream's title of the tool, as pinned.
+func (t *Tool) Title() string { return t.locked.Title }
+
+// UpstreamAnnotations are the upstream's hints of the tool, as pinned: the
+// MCP server keeps what they say the tool does, and states outbox's
+// guarantee beside them.
+func (t *Tool) UpstreamAnnotations() *mcp.ToolAnnotations { return t.locked.Annotations }
+
 // ArgsSchema is the mirrored args' schema: the upstream's without key_arg.
 func (t *Tool) ArgsSchema() json.RawMessage { return t.schemaJSON }
 
