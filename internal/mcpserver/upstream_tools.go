@@ -144,9 +144,27 @@ func upstreamResult(a enqueueAnswer) (*mcp.CallToolResult, error) {
 			}
 		}
 	}
+	if ans.Upstream != nil {
+		// The upstream's answer once: as upstream, not also as the
+		// intent's result, which stores the same.
+		intent := *a.Intent
+		intent.Result = nil
+		ans.Intent = &intent
+	}
 	b, err := json.Marshal(ans)
 	if err != nil {
 		return nil, fmt.Errorf("error encoding tool result: %w", err)
+	}
+	// The text blocks a model reads carry the upstream's answer as its
+	// own blocks, and the intent's JSON without it: a 64 KB result is 64 KB
+	// of the model's context, not three times that.
+	text := b
+	if ans.Upstream != nil {
+		brief := ans
+		brief.Upstream = nil
+		if text, err = json.Marshal(brief); err != nil {
+			return nil, fmt.Errorf("error encoding tool result: %w", err)
+		}
 	}
 	res := &mcp.CallToolResult{StructuredContent: json.RawMessage(b)}
 	switch a.State {
@@ -158,7 +176,7 @@ func upstreamResult(a enqueueAnswer) (*mcp.CallToolResult, error) {
 		res.Content = append(res.Content, &mcp.TextContent{Text: "unknown: the upstream may or may not have acted; " + unknownAdvice})
 	}
 	res.Content = append(res.Content, blocks...)
-	res.Content = append(res.Content, &mcp.TextContent{Text: string(b)})
+	res.Content = append(res.Content, &mcp.TextContent{Text: string(text)})
 	return res, nil
 }
 

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,9 +11,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/effects"
 	"github.com/outbox-dev/outbox/internal/mcpserver"
 	"github.com/outbox-dev/outbox/internal/testdb"
+	"github.com/outbox-dev/outbox/internal/testrun"
 )
 
 // fakeUpstreamTool is a recorded MCP upstream tool as internal/upstream's
@@ -44,7 +47,7 @@ func (f *fakeUpstreamTool) Withdrawn() string {
 }
 
 func (f *fakeUpstreamTool) Execute(context.Context, *effects.Request) (json.RawMessage, error) {
-	return json.RawMessage(`{"content":[{"type":"text","text":"created"}]}`), nil
+	return json.RawMessage(`{"content":[{"type":"text","text":"note saved"}]}`), nil
 }
 
 // upstreamBundle is a bundle whose registry also holds a fake recorded
@@ -133,4 +136,33 @@ func TestUpstreamToolAnnotations(t *testing.T) {
 	require.True(t, got.Annotations.IdempotentHint, "outbox's guarantee")
 	require.Equal(t, ptr(true), got.Annotations.DestructiveHint)
 	require.Equal(t, ptr(false), got.Annotations.OpenWorldHint, "the upstream's to say")
+}
+
+// A success answer carries the upstream's result once in the text a model
+// reads (its own blocks), and once in structuredContent (upstream), not
+// again as the intent's result.
+func TestUpstreamResultOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fake := &fakeUpstreamTool{wait: 20 * time.Second}
+	require.NoError(t, b.registry.Register(fake))
+	tools, err := mcpserver.ToolsFor(b.registry)
+	require.NoError(t, err)
+	testrun.Dispatcher(t, b.pool, &dispatcher.Config{Effects: b.registry, Schema: b.schema})
+	cs := b.connect(t, &mcpserver.Config{Tools: tools})
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "notes_create_note", Arguments: map[string]any{"body": "a", "idempotency_key": "once"}})
+	require.NoError(t, err)
+	require.False(t, res.IsError, text(res))
+	require.Equal(t, 1, strings.Count(text(res), "note saved"), "once in the text: %s", text(res))
+	var answer struct {
+		State    string          `json:"state"`
+		Result   json.RawMessage `json:"result"`
+		Upstream struct {
+			Content []map[string]any `json:"content"`
+		} `json:"upstream"`
+	}
+	require.NoError(t, json.Unmarshal(structured(t, res), &answer))
+	require.Equal(t, "succeeded", answer.State)
+	require.Equal(t, "null", string(answer.Result), "not again as the intent's result")
+	require.Equal(t, "note saved", answer.Upstream.Content[0]["text"])
 }
