@@ -210,17 +210,19 @@ func (s *server) rateLimit(req *mcp.CallToolRequest) error {
 }
 
 // requestedBy names who asked, for the intent's requested_by: "mcp", and the
-// client's name from the MCP handshake when it gave one ("mcp:claude-code").
-// A stateless HTTP request carries no handshake.
+// client's name when it gave one ("mcp:claude-code"): from the request's
+// own _meta (protocol 2026-07-28, which every request of a stateless
+// /mcp carries), else from the MCP handshake. An older client's request
+// to the stateless /mcp carries neither.
 func requestedBy(req *mcp.CallToolRequest) string {
-	if req == nil || req.Session == nil {
+	if req == nil || req.Params == nil {
 		return "mcp"
 	}
-	params := req.Session.InitializeParams()
-	if params == nil || params.ClientInfo == nil || params.ClientInfo.Name == "" {
+	info := req.ClientInfo()
+	if info == nil || info.Name == "" {
 		return "mcp"
 	}
-	return sanitizeClientName(params.ClientInfo.Name)
+	return sanitizeClientName(info.Name)
 }
 
 // sanitizeClientName is "mcp:" and a client's name as it may be recorded

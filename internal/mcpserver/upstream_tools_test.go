@@ -166,3 +166,22 @@ func TestUpstreamResultOnce(t *testing.T) {
 	require.Equal(t, "null", string(answer.Result), "not again as the intent's result")
 	require.Equal(t, "note saved", answer.Upstream.Content[0]["text"])
 }
+
+// requested_by names the MCP client from the request's own _meta
+// (protocol 2026-07-28, as a stateless /mcp gets it), else from the
+// handshake.
+func TestRequestedByPerRequestClientInfo(t *testing.T) {
+	t.Parallel()
+	b, _, config := upstreamBundle(t)
+	cs := b.connect(t, config)
+	got := call[answer](t, cs, "notes_create_note", map[string]any{"body": "a", "idempotency_key": "handshake"})
+	require.Equal(t, "mcp:test", *got.RequestedBy, "from the handshake")
+
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "notes_create_note", Arguments: map[string]any{"body": "b", "idempotency_key": "per-request"},
+		Meta: mcp.Meta{mcp.MetaKeyClientInfo: map[string]any{"name": "claude-code", "version": "2"}}})
+	require.NoError(t, err)
+	require.False(t, res.IsError, text(res))
+	intent, err := b.client.Get(t.Context(), "", "per-request")
+	require.NoError(t, err)
+	require.Equal(t, "mcp:claude-code", *intent.RequestedBy, "the request's own client info wins")
+}
