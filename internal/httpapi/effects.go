@@ -58,6 +58,12 @@ func newEffectsAnswer(registry *effects.Registry, tools []*mcpserver.EffectTool)
 	for _, name := range registry.Names() {
 		e, _ := registry.Get(name)
 		info := effectInfo{Name: name, Guarantee: e.Guarantee(), ArgsSchema: schemas[name], effect: e}
+		if s, ok := e.(effects.ArgsSchemaer); ok && info.ArgsSchema == nil {
+			// A recorded MCP upstream tool's tool lists its raw schema with
+			// outbox's own arguments: the effect's is the pinned one, as
+			// the intent's args take it.
+			info.ArgsSchema = s.ArgsSchema()
+		}
 		if info.ArgsSchema == nil {
 			info.ArgsSchema = json.RawMessage(`{"type":"object"}`)
 		}
