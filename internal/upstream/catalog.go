@@ -94,7 +94,11 @@ func Bind(f *File, lock *Lock, config *BindConfig) (*Catalog, error) {
 		case lu == nil:
 			return nil, fmt.Errorf("%w: upstream %s is not in the lock %s: %s", ErrLockMissing, u.name, cfg.LockPath, pin)
 		case lu.DeclarationSHA256 != u.sha256:
-			return nil, fmt.Errorf("%w: upstream %s was pinned for another declaration (the lock %s is older than the file): %s", ErrLockMissing, u.name, cfg.LockPath, pin)
+			what := "the lock was pinned for another declaration of it"
+			if changed := u.changedSince(lu.FieldSHA256); changed != "" {
+				what = "changed since it was pinned: " + changed
+			}
+			return nil, fmt.Errorf("%w: upstream %s in %s %s (lock %s): %s", ErrLockMissing, u.name, cfg.EffectsPath, what, cfg.LockPath, pin)
 		}
 		c.locked[u.name] = lu
 		conn := NewConn(u, &ConnConfig{Logger: cfg.Logger, Version: cfg.Version})

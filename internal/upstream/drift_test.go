@@ -304,3 +304,29 @@ func TestUpstreamPinKeepsTitle(t *testing.T) {
 	require.Equal(t, "Drop a table", c.Recorded[1].Title())
 	require.True(t, *c.Recorded[1].UpstreamAnnotations().DestructiveHint)
 }
+
+// Only what the lock records needs a new pin: a runtime setting (wait,
+// timeout, processes...) binds to the old lock, and a lock for another
+// declaration says what changed.
+func TestUpstreamRepinOnlyForWhatTheLockRecords(t *testing.T) {
+	t.Parallel()
+	parse := func(extra string) *upstream.File {
+		f, err := upstream.ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"http://127.0.0.1:9/mcp\"\n"+extra), &declared.Config{})
+		require.NoError(t, err)
+		return f
+	}
+	f := parse("    include: [write]\n")
+	entry, problems := f.Upstreams[0].Pin("srv", []*mcp.Tool{{Name: "write", InputSchema: json.RawMessage(`{"type":"object"}`)}}, nil)
+	require.Empty(t, problems)
+	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}
+
+	c, err := upstream.Bind(parse("    include: [write]\n    wait: 30s\n    timeout: 5s\n    processes: 2\n    max_in_flight: 2\n    description: Notes.\n"), lock, nil)
+	require.NoError(t, err, "runtime settings need no new pin")
+	c.Close()
+
+	_, err = upstream.Bind(parse("    include: [write, read]\n    wait: 30s\n"), lock, &upstream.BindConfig{EffectsPath: "effects.yaml", LockPath: "effects.yaml.lock"})
+	require.ErrorIs(t, err, upstream.ErrLockMissing)
+	require.ErrorContains(t, err, "upstream up in effects.yaml changed since it was pinned: include")
+	require.ErrorContains(t, err, "outboxd effects pin effects.yaml")
+	require.NotContains(t, err.Error(), "older than the file")
+}

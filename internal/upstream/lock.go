@@ -47,6 +47,9 @@ type LockedUpstream struct {
 	// DeclarationSHA256 is the upstream's declaration the lock was pinned
 	// for: another declaration refuses start until pinned again.
 	DeclarationSHA256 string `json:"declaration_sha256"`
+	// FieldSHA256 hashes each field of that declaration, by name, so that
+	// a lock for another declaration can say what changed.
+	FieldSHA256 map[string]string `json:"field_sha256,omitempty"`
 	// Server is the upstream's name and version from its handshake.
 	Server string        `json:"server,omitempty"`
 	Tools  []*LockedTool `json:"tools"`
@@ -222,7 +225,7 @@ type PinOpts struct {
 // `effects pin` to refuse (a withdrawn tool is a warning at start, an
 // error when pinning).
 func (u *Upstream) Pin(server string, listed []*mcp.Tool, opts *PinOpts) (entry *LockedUpstream, problems []string) {
-	entry = &LockedUpstream{DeclarationSHA256: u.sha256, Server: u.cleanListing(server)}
+	entry = &LockedUpstream{DeclarationSHA256: u.sha256, FieldSHA256: u.fieldSHA256, Server: u.cleanListing(server)}
 	taken := map[string]string{}
 	if opts != nil {
 		for k, v := range opts.Taken {

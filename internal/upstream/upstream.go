@@ -110,9 +110,12 @@ type Upstream struct {
 	// transportSHA256 hashes what reaches the upstream: argv or URL
 	// template, and the names of env and header entries.
 	transportSHA256 string
-	// sha256 hashes the whole declaration but descriptions: a lock written
-	// for another declaration does not match it.
+	// sha256 hashes the declaration but descriptions and runtime settings
+	// (what the lock records depends on): a lock written for another
+	// declaration does not match it.
 	sha256 string
+	// fieldSHA256 hashes each of those fields, by name.
+	fieldSHA256 map[string]string
 }
 
 type envEntry struct {
@@ -543,10 +546,52 @@ func (u *Upstream) hash(decl effectfile.Map) error {
 		return err
 	}
 	u.transportSHA256 = sum
-	if u.sha256, err = canonicalSHA256(effectfile.Plain(withoutDescriptions(decl))); err != nil {
+	pinned := pinnedFields(decl)
+	if u.sha256, err = canonicalSHA256(effectfile.Plain(pinned)); err != nil {
 		return err
 	}
+	// Each field's own hash, for a message that says what changed since
+	// the lock was pinned.
+	u.fieldSHA256 = map[string]string{}
+	for _, kv := range pinned {
+		if u.fieldSHA256[kv.Key], err = canonicalSHA256(effectfile.Plain(kv.Value)); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// runtimeFields are an upstream's settings that change how outbox calls
+// it, not what the lock records of it (its tools and their classes): a
+// change needs no new pin.
+var runtimeFields = []string{"wait", "timeout", "connect_timeout", "processes", "max_in_flight", "refresh", "result_max", "missing_grace", "namespaces"}
+
+// pinnedFields is the declaration the lock is pinned for: without
+// descriptions (text for agents does not change what is sent) and runtime
+// settings.
+func pinnedFields(decl effectfile.Map) effectfile.Map {
+	out := make(effectfile.Map, 0, len(decl))
+	for _, kv := range withoutDescriptions(decl).(effectfile.Map) {
+		if !slices.Contains(runtimeFields, kv.Key) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// changedSince names the fields of the declaration whose hash differs
+// from pinned (a lock's), "" when the lock does not say.
+func (u *Upstream) changedSince(pinned map[string]string) string {
+	if len(pinned) == 0 {
+		return ""
+	}
+	var changed []string
+	for _, f := range upstreamFields {
+		if u.fieldSHA256[f] != pinned[f] {
+			changed = append(changed, f)
+		}
+	}
+	return strings.Join(changed, ", ")
 }
 
 // withoutDescriptions drops every description member of a declaration:
