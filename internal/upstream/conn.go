@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,10 @@ type Conn struct {
 	closed  atomic.Bool
 	// onListChanged is called when a session says its tools changed.
 	onListChanged func()
+	// stderrTail keeps the children's last stderr lines; stderrWG waits
+	// for their readers.
+	stderrTail tail
+	stderrWG   sync.WaitGroup
 	// onSession, when set, is given every new session (a child started or
 	// restarted, an HTTP session opened anew) before it takes a call: the
 	// catalog compares its listing with the pin. An error closes it.
@@ -360,7 +365,7 @@ func (c *Conn) command(m *member) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	go c.logStderr(stderr)
+	c.stderrWG.Go(func() { c.logStderr(stderr) })
 	return cmd, nil
 }
 
@@ -395,6 +400,7 @@ func (c *Conn) logStderr(r io.Reader) {
 			if cut || len(text) > stderrLineLogged {
 				text = strings.ToValidUTF8(text[:min(len(text), stderrLineLogged)], "") + "..."
 			}
+			c.stderrTail.add(text)
 			c.logger.Debug("upstream stderr", slog.String("line", text))
 		}
 		line, cut = line[:0], false
@@ -402,6 +408,46 @@ func (c *Conn) logStderr(r io.Reader) {
 			return
 		}
 	}
+}
+
+// stderrTailLines is how many of a child's last stderr lines are kept, for
+// an error that the handshake's own does not explain.
+const stderrTailLines = 10
+
+// tail keeps the last lines of a child's stderr, scrubbed, each capped.
+type tail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (t *tail) add(line string) {
+	if len(line) > 1024 {
+		line = strings.ToValidUTF8(line[:1024], "") + "..."
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, line)
+	if len(t.lines) > stderrTailLines {
+		t.lines = t.lines[len(t.lines)-stderrTailLines:]
+	}
+}
+
+// StderrTail returns the last lines the upstream's children wrote to
+// stderr (scrubbed), once their readers ended or wait passed: what
+// `outboxd effects pin` shows of a child that failed to start.
+func (c *Conn) StderrTail(wait time.Duration) []string {
+	done := make(chan struct{})
+	go func() {
+		c.stderrWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
+	c.stderrTail.mu.Lock()
+	defer c.stderrTail.mu.Unlock()
+	return slices.Clone(c.stderrTail.lines)
 }
 
 // Close ends every session: a child's stdin is closed, then SIGTERM after

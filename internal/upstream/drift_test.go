@@ -330,3 +330,16 @@ func TestUpstreamRepinOnlyForWhatTheLockRecords(t *testing.T) {
 	require.ErrorContains(t, err, "outboxd effects pin effects.yaml")
 	require.NotContains(t, err.Error(), "older than the file")
 }
+
+// Pinning an upstream whose child fails to start shows the child's last
+// stderr lines, which say why, beside the handshake's error.
+func TestUpstreamPinShowsChildStderr(t *testing.T) {
+	t.Parallel()
+	file := "upstreams:\n  up:\n    command: [sh, -c, \"echo 'Error: cannot reach the database at db:5432' >&2; exit 3\"]\n    connect_timeout: 5s\n"
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{})
+	require.NoError(t, err)
+	_, _, err = upstream.PinFile(context.Background(), f, nil, "test")
+	require.Error(t, err)
+	require.ErrorContains(t, err, "upstream up (stdio: sh -c")
+	require.ErrorContains(t, err, "its last stderr lines:\n    Error: cannot reach the database at db:5432")
+}

@@ -3,6 +3,8 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -22,6 +24,11 @@ func PinFile(ctx context.Context, file *File, taken map[string]string, version s
 		server, listed, err := conn.ListTools(ctx)
 		conn.Close()
 		if err != nil {
+			// The handshake's error ("connection closed: EOF") rarely says
+			// why a child failed; what it printed does.
+			if lines := conn.StderrTail(time.Second); len(lines) > 0 {
+				err = fmt.Errorf("%w; its last stderr lines:\n    %s", err, strings.Join(lines, "\n    "))
+			}
 			return nil, nil, fmt.Errorf("upstream %s (%s): %w", u.Name(), u.Transport(), err)
 		}
 		entry, p := u.Pin(server, listed, &PinOpts{Taken: taken})
