@@ -24,6 +24,10 @@ import (
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
+// groupStopGrace is how long a stdio child's leftover process group has
+// between SIGTERM and SIGKILL.
+const groupStopGrace = 5 * time.Second
+
 // Restart backoff of an upstream's child or session.
 const (
 	upstreamBackoffMin = time.Second
@@ -81,6 +85,9 @@ type member struct {
 	failures int
 	retryAt  time.Time
 	tempDir  string
+	// cmd is the member's latest child (stdio), whose process group is
+	// stopped once the child is gone.
+	cmd *exec.Cmd
 }
 
 // NewConn returns the connections to u; nothing connects until a
@@ -222,6 +229,7 @@ func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	m.failures, m.retryAt = 0, time.Time{}
 	m.session, m.gone = s, false
+	cmd := m.cmd
 	go func() {
 		_ = s.Wait()
 		m.mu.Lock()
@@ -229,6 +237,10 @@ func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
 			m.gone = true
 		}
 		m.mu.Unlock()
+		if cmd != nil && cmd.Process != nil {
+			// The child is gone: so are its own children.
+			stopGroup(cmd.Process.Pid, groupStopGrace)
+		}
 	}()
 	return s, nil
 }
@@ -361,6 +373,7 @@ func (c *Conn) command(m *member) (*exec.Cmd, error) {
 		cmd.Dir = m.tempDir
 	}
 	cmd.SysProcAttr = childProcAttr()
+	m.cmd = cmd
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -457,12 +470,17 @@ func (c *Conn) Close() {
 	var wg sync.WaitGroup
 	for _, m := range c.members {
 		m.mu.Lock()
-		s, dir := m.session, m.tempDir
+		s, dir, cmd := m.session, m.tempDir, m.cmd
 		m.session, m.gone = nil, true
 		m.mu.Unlock()
 		wg.Go(func() {
 			if s != nil {
 				_ = s.Close()
+			}
+			if cmd != nil && cmd.Process != nil {
+				// The child ended (stdin closed, then SIGTERM, then
+				// SIGKILL); its process group goes with it.
+				stopGroup(cmd.Process.Pid, groupStopGrace)
 			}
 			if dir != "" {
 				_ = os.RemoveAll(dir)

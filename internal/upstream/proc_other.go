@@ -1,8 +1,11 @@
 //go:build !linux
 
-package declared
+package upstream
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // childProcAttr puts a stdio upstream in its own process group. Outside
 // Linux there is no parent-death signal: a child of a killed outboxd ends
@@ -10,3 +13,6 @@ import "syscall"
 func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// stopGroup does nothing outside Linux: the child's own end is all.
+func stopGroup(int, time.Duration) {}
