@@ -278,6 +278,10 @@ export interface components {
             next_cursor: string | null;
         };
         Readiness: {
+            /** @description By MCP upstream, why this replica does not work its queue (its lock differs from the one the last started replica recorded); the replica is ready for the rest. */
+            held_upstreams?: {
+                [key: string]: string;
+            };
             reason?: string;
             /** @enum {string} */
             status: "ready" | "unavailable";
