@@ -16,7 +16,6 @@ import (
 	"github.com/outbox-dev/outbox/internal/upstream"
 )
 
-
 // Replicas agree on an upstream's lock: the last started one records its
 // own, and a running replica whose lock differs from the recorded one
 // holds the upstream's queue (says so, and counts it) until the recorded
