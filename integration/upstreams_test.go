@@ -343,8 +343,18 @@ func TestUpstreams(t *testing.T) {
 		}
 		require.False(t, names["notes_send_message"], "a drifted tool is not listed")
 		require.True(t, names["notes_create_note"])
-		_, a := callTool(t, s2, "notes_send_message", map[string]any{"to": "eve", "text": "drift", "idempotency_key": "msg-drift"})
-		require.NotEqual(t, outbox.StateSucceeded, a.State)
+		// A call of the withdrawn tool is refused, recording nothing...
+		res, a := callTool(t, s2, "notes_send_message", map[string]any{"to": "eve", "text": "drift", "idempotency_key": "msg-drift-mcp"})
+		require.True(t, res.IsError)
+		require.Nil(t, a)
+		require.Contains(t, res.Content[0].(*mcp.TextContent).Text, "upstream_drift")
+		_, err := u.client.Get(context.Background(), "", "msg-drift-mcp")
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+		// ...and an intent recorded another way (the API, SQL) waits
+		// not_sent until the pin holds again.
+		_, err = u.client.Enqueue(context.Background(), &outbox.EnqueueParams{Key: "msg-drift", Effect: "notes_send_message",
+			Args: map[string]any{"to": "eve", "text": "drift"}})
+		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			got, err := u.client.Get(context.Background(), "", "msg-drift")
 			return err == nil && got.Error != nil && got.Error.Code == "upstream_drift"

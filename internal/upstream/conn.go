@@ -1,7 +1,7 @@
 package upstream
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -60,10 +60,8 @@ type Conn struct {
 	closed  atomic.Bool
 	// onListChanged is called when a session says its tools changed.
 	onListChanged func()
-	// stderrTail keeps the children's last stderr lines; stderrWG waits
-	// for their readers.
+	// stderrTail keeps the children's last stderr lines.
 	stderrTail tail
-	stderrWG   sync.WaitGroup
 	// onSession, when set, is given every new session (a child started or
 	// restarted, an HTTP session opened anew) before it takes a call: the
 	// catalog compares its listing with the pin. An error closes it.
@@ -374,11 +372,7 @@ func (c *Conn) command(m *member) (*exec.Cmd, error) {
 	}
 	cmd.SysProcAttr = childProcAttr()
 	m.cmd = cmd
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	c.stderrWG.Go(func() { c.logStderr(stderr) })
+	cmd.Stderr = &stderrLines{c: c}
 	return cmd, nil
 }
 
@@ -390,37 +384,72 @@ const (
 	stderrLineMax    = stderrLineLogged + 1<<10
 )
 
-// logStderr logs a child's stderr at debug, scrubbed, until it ends. It
+// logStderr logs a child's stderr at debug, scrubbed, until r ends. It
 // reads every byte whatever the lines' length: a child whose stderr is no
 // longer read blocks on its next write, and answers no call.
 func (c *Conn) logStderr(r io.Reader) {
-	br := bufio.NewReaderSize(r, 4<<10)
-	var line []byte
-	cut := false
+	w := &stderrLines{c: c}
+	buf := make([]byte, 4<<10)
 	for {
-		chunk, err := br.ReadSlice('\n')
-		if room := stderrLineMax - len(line); room > 0 {
-			line = append(line, chunk[:min(len(chunk), room)]...)
-		}
-		cut = cut || len(line) >= stderrLineMax
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if text := strings.TrimRight(string(line), "\r\n"); text != "" || err == nil {
-			// Scrubbed before the cut, so that no secret's beginning is
-			// left at the end of a cut line.
-			text = c.u.scrub(text)
-			if cut || len(text) > stderrLineLogged {
-				text = strings.ToValidUTF8(text[:min(len(text), stderrLineLogged)], "") + "..."
-			}
-			c.stderrTail.add(text)
-			c.logger.Debug("upstream stderr", slog.String("line", text))
-		}
-		line, cut = line[:0], false
+		n, err := r.Read(buf)
+		_, _ = w.Write(buf[:n]) // never fails
 		if err != nil {
+			w.flush()
 			return
 		}
 	}
+}
+
+// stderrLines takes a child's stderr as exec copies it (cmd.Stderr), line
+// by line. A writer rather than a pipe read beside the child: exec's Wait,
+// which the SDK calls when the child ends, waits for the copy to finish,
+// so the last lines of a child that exits at once are never lost (a
+// StderrPipe is closed by Wait, possibly before it was read).
+type stderrLines struct {
+	c    *Conn
+	mu   sync.Mutex
+	line []byte
+	cut  bool
+}
+
+func (w *stderrLines) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		chunk, rest, found := bytes.Cut(p, []byte{'\n'})
+		if room := stderrLineMax - len(w.line); room > 0 {
+			w.line = append(w.line, chunk[:min(len(chunk), room)]...)
+		}
+		w.cut = w.cut || len(w.line) >= stderrLineMax
+		if !found {
+			break
+		}
+		w.flushLocked()
+		p = rest
+	}
+	return n, nil
+}
+
+// flush ends the last line, when the stream ended without a newline.
+func (w *stderrLines) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flushLocked()
+}
+
+func (w *stderrLines) flushLocked() {
+	if text := strings.TrimRight(string(w.line), "\r"); text != "" {
+		// Scrubbed before the cut, so that no secret's beginning is left
+		// at the end of a cut line.
+		text = w.c.u.scrub(text)
+		if w.cut || len(text) > stderrLineLogged {
+			text = strings.ToValidUTF8(text[:min(len(text), stderrLineLogged)], "") + "..."
+		}
+		w.c.stderrTail.add(text)
+		w.c.logger.Debug("upstream stderr", slog.String("line", text))
+	}
+	w.line, w.cut = w.line[:0], false
 }
 
 // stderrTailLines is how many of a child's last stderr lines are kept, for
@@ -446,18 +475,10 @@ func (t *tail) add(line string) {
 }
 
 // StderrTail returns the last lines the upstream's children wrote to
-// stderr (scrubbed), once their readers ended or wait passed: what
-// `outboxd effects pin` shows of a child that failed to start.
-func (c *Conn) StderrTail(wait time.Duration) []string {
-	done := make(chan struct{})
-	go func() {
-		c.stderrWG.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(wait):
-	}
+// stderr (scrubbed), complete once Close returned (exec's Wait waits for
+// the copy): what `outboxd effects pin` shows of a child that failed to
+// start.
+func (c *Conn) StderrTail() []string {
 	c.stderrTail.mu.Lock()
 	defer c.stderrTail.mu.Unlock()
 	return slices.Clone(c.stderrTail.lines)

@@ -134,7 +134,7 @@ func TestUpstreamMissingGrace(t *testing.T) {
 	class, code, wait := classOf(never)
 	require.Equal(t, effects.ClassNotSent, class)
 	require.Equal(t, upstream.CodeUpstreamDrift, code)
-	require.Equal(t, time.Minute, wait, "a drifted tool's intents wait for the next listing, spending no attempt")
+	require.Equal(t, 5*time.Second, wait, "a drifted tool's intents look again within 5 s (a listing may restore it at any moment), spending no attempt")
 
 	tool.Withdraw(upstream.CodeUpstreamToolMissing)
 	for _, req := range []*effects.Request{never, maybe} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -26,7 +25,7 @@ func PinFile(ctx context.Context, file *File, taken map[string]string, version s
 		if err != nil {
 			// The handshake's error ("connection closed: EOF") rarely says
 			// why a child failed; what it printed does.
-			if lines := conn.StderrTail(time.Second); len(lines) > 0 {
+			if lines := conn.StderrTail(); len(lines) > 0 {
 				err = fmt.Errorf("%w; its last stderr lines:\n    %s", err, strings.Join(lines, "\n    "))
 			}
 			return nil, nil, fmt.Errorf("upstream %s (%s): %w", u.Name(), u.Transport(), err)

@@ -191,6 +191,10 @@ func (t *Tool) Withdrawn() string {
 	return ""
 }
 
+// withdrawnWaitMax bounds how long an intent of a withdrawn tool waits
+// before its next look at the tool; the wait spends no attempt.
+const withdrawnWaitMax = 5 * time.Second
+
 // withdrawnError is the answer to an attempt of a withdrawn tool. Its
 // intent waits, without spending attempts, until the next listing could
 // restore the tool; a tool missing from the upstream for missing_grace
@@ -199,7 +203,9 @@ func (t *Tool) Withdrawn() string {
 // that it ends unknown when its attempts run out, never failed.
 func (t *Tool) withdrawnError(code string, req *effects.Request) error {
 	err := fmt.Errorf("upstream %s tool %s is withdrawn (%s) until the operator pins it again (outboxd effects pin)", t.conn.u.name, t.locked.Name, code)
-	wait := t.conn.u.refresh
+	// A listing may restore the tool at any moment (list_changed, or a
+	// re-pin picked up), so the wait is bounded well below a refresh.
+	wait := min(t.conn.u.refresh, withdrawnWaitMax)
 	if code == CodeUpstreamToolMissing {
 		if since := t.missingSince.Load(); since != 0 {
 			left := t.conn.u.missingGrace - time.Since(time.Unix(0, since))
