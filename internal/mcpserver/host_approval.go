@@ -128,7 +128,7 @@ type requestState struct {
 	Tool       string `json:"tool"`
 }
 
-// seal encrypts and authenticates st (AES-256-GCM, a random nonce): a
+// sealState encrypts and authenticates st (AES-256-GCM, a random nonce): a
 // client can neither read nor alter it.
 func (k *stateKeys) sealState(st *requestState) (string, error) {
 	plain, err := json.Marshal(st)
@@ -332,12 +332,11 @@ func (s *server) applyDecision(ctx context.Context, st *requestState, intent *ou
 	return got, nil
 }
 
-// hostApproval handles the approval part of a mutating call from a client
-// that can answer one (MRTR, MCP 2026-07-28): before the call is recorded,
-// a retried call's requestState is checked against the call, and refused,
-// writing nothing, unless it verifies, has not expired, was issued to this
-// caller for these arguments and this tool. It returns the checked state
-// and the answer, or nil when the call carries none.
+// checkRequestState checks, before the call is recorded, a retried call's
+// requestState (an approval answered from the host, MRTR): it is refused,
+// writing nothing, unless it verifies, has not expired, and was issued to
+// this caller for these arguments and this tool. It returns the checked
+// state and the answer, or nils when the call carries none.
 func (s *server) checkRequestState(ctx context.Context, req *mcp.CallToolRequest, tool *EffectTool, call *toolCall) (*requestState, *decision, error) {
 	p := req.Params
 	if p.RequestState == "" && len(p.InputResponses) == 0 {

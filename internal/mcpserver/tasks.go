@@ -278,9 +278,9 @@ func answerTasks() mcp.Middleware {
 	}
 }
 
-// answerWithTask makes the call whose context is ctx answer the task of
-// intent (CreateTaskResult) instead of a tool result; false when the
-// call did not come through answerTasks.
+// answerWithTask makes the call whose context is ctx answer t
+// (CreateTaskResult) instead of a tool result; false when the call did not
+// come through answerTasks.
 func answerWithTask(ctx context.Context, t *task) bool {
 	slot, ok := ctx.Value(taskSlotKey{}).(*taskSlot)
 	if !ok {
@@ -291,9 +291,8 @@ func answerWithTask(ctx context.Context, t *task) bool {
 }
 
 // taskCall answers a tools/call that declared the tasks extension, for
-// intent, once committed: the tool's result if the intent has ended, or
-// else its task. duplicate says whether the call joined an intent that
-// was there before it.
+// answer's intent, once committed: the tool's result if the intent has
+// ended within the tool's wait, or else its task.
 func (s *server) taskCall(ctx context.Context, req *mcp.CallToolRequest, tool *EffectTool, answer enqueueAnswer) (*mcp.CallToolResult, error) {
 	keys, err := s.stateKeys(ctx)
 	if err != nil {
