@@ -33,6 +33,15 @@ func TestHeartbeatRescuesDeadProcessesJobs(t *testing.T) {
 	table := func(name string) string { return pgx.Identifier{b.schema, name}.Sanitize() }
 	queries := intentdb.New(b.schema)
 
+	// A process counts as dead only once the server has been up longer
+	// than the grace (a restart ends every session, the live ones' too):
+	// on a cluster the test binary has just started, wait for that.
+	require.Eventually(t, func() bool {
+		var up bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT now() - pg_postmaster_start_time() > interval '3 seconds'`).Scan(&up))
+		return up
+	}, 30*time.Second, 50*time.Millisecond)
+
 	// The paused process: registered on a session that stays open.
 	paused, err := pgx.Connect(ctx, testdb.URL(t))
 	require.NoError(t, err)
