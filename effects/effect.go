@@ -73,6 +73,12 @@ type Request struct {
 	// error means it was not recorded.
 	CheckpointFunc func(ctx context.Context, checkpoint json.RawMessage) error
 
+	// CancelRequestedFunc, set for a Checkpointer's attempt, reports
+	// whether an operator asked to cancel the intent after its provider
+	// took the work: the effect then asks the provider to stop, and
+	// returns Cancelled if it did. Each call reads the database.
+	CancelRequestedFunc func(ctx context.Context) (bool, error)
+
 	// LastAttemptEnd is, for a look-up, when the attempt before ended (its
 	// finish, or its lease's end when its outcome was lost): any request it
 	// sent was sent by then, so a provider whose reads lag its writes is

@@ -23,6 +23,13 @@ const (
 	// sending, connection reset, a 5xx). It is handled as a lost outcome, per
 	// the effect's guarantee.
 	ClassAmbiguous Class = "ambiguous"
+
+	// ClassCancelled means the provider, asked to stop work it held as a
+	// task of its own (Request.CancelRequestedFunc), reports that it
+	// stopped before acting. The intent ends cancelled. The worker takes it
+	// only from an attempt whose intent has a cancel request; otherwise it
+	// counts as ambiguous.
+	ClassCancelled Class = "cancelled"
 )
 
 // CodeInvalidArgs is the code of an error for arguments the effect refuses.
@@ -84,6 +91,12 @@ func Permanent(code string, err error) error {
 // Ambiguous classifies err as "the request may have been processed".
 func Ambiguous(code string, err error) error {
 	return &Error{Class: ClassAmbiguous, Code: code, Err: err}
+}
+
+// Cancelled classifies err as "the provider stopped the work at the
+// intent's cancel request, before acting".
+func Cancelled(code string, err error) error {
+	return &Error{Class: ClassCancelled, Code: code, Err: err}
 }
 
 // Classify returns err's class and code. An error that no effect classified is

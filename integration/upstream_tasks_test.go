@@ -27,10 +27,12 @@ import (
 type taskUpstream struct {
 	delay time.Duration
 
-	mu     sync.Mutex
-	orders map[string]time.Time // task id -> when it completes
-	polls  atomic.Int64
-	sync   atomic.Int64 // calls answered without a task
+	mu        sync.Mutex
+	orders    map[string]time.Time // task id -> when it completes
+	cancelled map[string]bool      // task id -> cancelled by tasks/cancel
+	polls     atomic.Int64
+	cancels   atomic.Int64
+	sync      atomic.Int64 // calls answered without a task
 }
 
 type taskUpstreamSlotKey struct{}
@@ -52,6 +54,11 @@ type taskUpstreamResult struct {
 	Result         json.RawMessage `json:"result,omitempty"`
 }
 
+type taskUpstreamAck struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+}
+
 func (u *taskUpstream) count() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -60,7 +67,7 @@ func (u *taskUpstream) count() int {
 
 func startTaskUpstream(t *testing.T, delay time.Duration) (*taskUpstream, string) {
 	t.Helper()
-	u := &taskUpstream{delay: delay, orders: map[string]time.Time{}}
+	u := &taskUpstream{delay: delay, orders: map[string]time.Time{}, cancelled: map[string]bool{}}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "orders", Version: "1"}, nil)
 	srv.AddTool(&mcp.Tool{
 		Name: "create_order", Description: "Creates an order.",
@@ -71,9 +78,17 @@ func startTaskUpstream(t *testing.T, delay time.Duration) (*taskUpstream, string
 			u.sync.Add(1)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "no tasks declared"}}, IsError: true}, nil
 		}
+		var args struct {
+			Item string `json:"item"`
+		}
+		_ = json.Unmarshal(req.Params.Arguments, &args)
+		delay := u.delay
+		if args.Item == "slow" {
+			delay = 10 * time.Minute // ends only by a cancel
+		}
 		u.mu.Lock()
 		id := fmt.Sprintf("order-task-%d", len(u.orders)+1)
-		u.orders[id] = time.Now().Add(u.delay)
+		u.orders[id] = time.Now().Add(delay)
 		u.mu.Unlock()
 		now := time.Now().UTC().Format(time.RFC3339)
 		*ctx.Value(taskUpstreamSlotKey{}).(**taskUpstreamResult) = &taskUpstreamResult{ResultType: "task", TaskID: id, Status: "working",
@@ -97,17 +112,31 @@ func startTaskUpstream(t *testing.T, delay time.Duration) (*taskUpstream, string
 		u.polls.Add(1)
 		u.mu.Lock()
 		ready, ok := u.orders[p.TaskID]
+		cancelled := u.cancelled[p.TaskID]
 		u.mu.Unlock()
 		if !ok {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: Task not found"}
 		}
 		now := time.Now().UTC().Format(time.RFC3339)
 		r := &taskUpstreamResult{ResultType: "complete", TaskID: p.TaskID, Status: "working", CreatedAt: now, LastUpdatedAt: now, PollIntervalMs: 200}
-		if time.Now().After(ready) {
+		if cancelled {
+			r.Status = "cancelled"
+		} else if time.Now().After(ready) {
 			r.Status = "completed"
 			r.Result = json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"order %s created"}],"structuredContent":{"order":%q}}`, p.TaskID, p.TaskID))
 		}
 		return r, nil
+	}))
+	// tasks/cancel stops a task that has not completed; the ack is empty
+	// either way, as the extension says.
+	require.NoError(t, mcp.AddReceivingCustomMethod(srv, "tasks/cancel", func(_ context.Context, _ *mcp.ServerSession, p *taskUpstreamParams) (*taskUpstreamAck, error) {
+		u.cancels.Add(1)
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if ready, ok := u.orders[p.TaskID]; ok && time.Now().Before(ready) {
+			u.cancelled[p.TaskID] = true
+		}
+		return &taskUpstreamAck{ResultType: "complete"}, nil
 	}))
 	h := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(h.Close)
@@ -169,5 +198,32 @@ func TestUpstreamTasks(t *testing.T) {
 		require.Greater(t, up.polls.Load(), killedPolls, "the new process polled the recorded task")
 		require.Equal(t, 2, up.count(), "one order each: the resumed attempt never called again")
 		fmt.Printf("TestUpstreamTasks: orders=%d polls=%d attempts=%d (kill -9 while polling, resumed)\n", up.count(), up.polls.Load(), got.Attempts)
+	})
+	t.Run("OperatorCancelSentUpstream", func(t *testing.T) {
+		_, err := e.client.Enqueue(ctx, &outbox.EnqueueParams{Key: "order-3", Effect: "orders_create_order", Args: map[string]any{"item": "slow"}})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var n int
+			_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.table("outbox_intent")+` WHERE key = 'order-3' AND checkpoint IS NOT NULL`).Scan(&n)
+			return n == 1
+		}, 30*time.Second, 20*time.Millisecond, "the upstream's task is recorded")
+
+		_, err = e.client.Cancel(ctx, &outbox.CancelParams{Key: "order-3", By: "operator:ana", Note: "wrong item"})
+		require.ErrorIs(t, err, outbox.ErrCancelRequested, "the upstream holds the work: the cancel is passed on")
+		// The command line says so too, and succeeds.
+		stdout, stderr, code := e.run("intents", "cancel", "order-3")
+		require.Equal(t, 0, code, "%s%s", stdout, stderr)
+		require.Contains(t, stdout+stderr, "passed to")
+
+		got := e.wait("order-3", 60*time.Second)
+		require.Equal(t, outbox.StateCancelled, got.State, "%+v", got.Error)
+		require.NotNil(t, got.ResolvedBy)
+		require.Equal(t, "operator:ana", *got.ResolvedBy, "the first request is the one recorded")
+		require.NotNil(t, got.ResolutionNote)
+		require.Equal(t, "wrong item", *got.ResolutionNote)
+		require.NotNil(t, got.Error)
+		require.Equal(t, "upstream_task_cancelled", got.Error.Code)
+		require.Equal(t, int64(1), up.cancels.Load(), "tasks/cancel sent once")
+		require.Equal(t, 3, up.count(), "no order was created again")
 	})
 }

@@ -28,6 +28,12 @@ type CancelParams struct {
 // running or ran an attempt that recorded no outcome (a deduplicated
 // effect's attempt killed mid-call), or when an earlier attempt may have
 // reached the provider. It returns ErrNotFound when there is no such intent.
+//
+// An intent whose provider holds the work as a task of its own (an MCP
+// upstream that answered with a task) is not cancelled either: the cancel
+// is recorded and passed to the provider by the attempt polling the task,
+// and Cancel returns ErrCancelRequested. The intent then ends by what the
+// provider reports.
 func (c *Client) Cancel(ctx context.Context, params *CancelParams) (*Intent, error) {
 	// One statement, and a read of the intent only to say why it was
 	// refused: the pool runs each in a transaction of its own.
@@ -57,6 +63,17 @@ func (c *Client) CancelTx(ctx context.Context, tx Executor, params *CancelParams
 	}
 	row, err := c.queries.Cancel(ctx, tx, namespace, key, params.By, params.Note)
 	if errors.Is(err, pgx.ErrNoRows) {
+		// The provider may hold the work as a task of its own (an MCP
+		// upstream's, recorded as the intent's checkpoint): the intent
+		// cannot be cancelled here, but the provider can be asked to stop.
+		id, err := c.queries.RequestCancel(ctx, tx, namespace, key, params.By, params.Note)
+		if err == nil {
+			c.logger.InfoContext(ctx, "intent cancel passed to its provider", "namespace", namespace, "key", key, "intent_id", id, "by", params.By)
+			return nil, &Error{Code: CodeCancelRequested, Message: "the provider holds this intent's work as a task: the cancel was passed to it, and the intent ends by what it reports (cancelled if it stopped the work, its result if the work ended first)"}
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("error cancelling intent: %w", err)
+		}
 		current, err := c.GetTx(ctx, tx, namespace, key)
 		if err != nil {
 			return nil, err

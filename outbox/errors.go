@@ -26,11 +26,18 @@ const (
 	CodeInvalidArgs         = effects.CodeInvalidArgs
 	CodeInvalidKey          = "invalid_key"
 	CodeNotAwaitingApproval = "not_awaiting_approval"
-	CodeNotCancellable      = "not_cancellable"
-	CodeNotFound            = "not_found"
-	CodeNotUnknown          = "not_unknown"
-	CodePossibleDuplicate   = "possible_duplicate"
-	CodeRateLimited         = "rate_limited"
+	// CodeCancelRequested is a cancel's answer for an intent whose
+	// provider holds the work as a task of its own (an MCP upstream's): the
+	// intent could not be cancelled here, so the cancel was passed to the
+	// provider, and the intent ends by what the provider reports
+	// (cancelled if it stopped the work, its result if the work ended
+	// first).
+	CodeCancelRequested   = "cancel_requested"
+	CodeNotCancellable    = "not_cancellable"
+	CodeNotFound          = "not_found"
+	CodeNotUnknown        = "not_unknown"
+	CodePossibleDuplicate = "possible_duplicate"
+	CodeRateLimited       = "rate_limited"
 	// CodeUnavailable is a refusal of the server's while it cannot store
 	// or read intents (the database is full, out of connections, locked,
 	// or gone). The call was most likely not recorded (a commit whose
@@ -84,6 +91,9 @@ var (
 	// ErrNotCancellable is a cancel of an intent that is no longer pending, or
 	// whose earlier attempt may have reached the provider.
 	ErrNotCancellable = &Error{Code: CodeNotCancellable}
+	// ErrCancelRequested matches a cancel passed to the provider that holds
+	// the intent's work (CodeCancelRequested).
+	ErrCancelRequested = &Error{Code: CodeCancelRequested}
 	// ErrNotAwaitingApproval is an approval or denial of an intent that does
 	// not await approval.
 	ErrNotAwaitingApproval = &Error{Code: CodeNotAwaitingApproval}

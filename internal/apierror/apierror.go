@@ -144,6 +144,7 @@ func UnavailableReason(err error) string {
 // statusOf is each caller's error code's HTTP status.
 var statusOf = map[string]int{
 	outbox.CodeApprovalMismatch:      http.StatusConflict,
+	outbox.CodeCancelRequested:       http.StatusConflict,
 	CodeBodyTooLarge:                 http.StatusRequestEntityTooLarge,
 	outbox.CodeForbidden:             http.StatusForbidden,
 	outbox.CodeIdempotencyKeyMissing: http.StatusBadRequest,

@@ -248,6 +248,18 @@ func (a *app) intentsCancel(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	intent, err := client.Cancel(ctx, &outbox.CancelParams{By: access.CLIActor(), Key: positional[0], Namespace: cfg.Namespace, Note: *note})
+	if errors.Is(err, outbox.ErrCancelRequested) {
+		// Not refused: the provider was asked to stop. The intent as it
+		// stands, and what happens next.
+		if intent, err = client.Get(ctx, cfg.Namespace, positional[0]); err != nil {
+			return err
+		}
+		if err := writeJSON(a.stdout, intent); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stderr, "cancel of intent %s passed to its provider, which holds the work as a task: the intent ends by what the provider reports (see outboxd intents show %s)\n", intent.Key, intent.Key)
+		return nil
+	}
 	if err != nil {
 		return unmigrated(cfg, err)
 	}

@@ -80,7 +80,12 @@ func (q *Queries) renderAttempt(r func(string) string) {
 			        WHEN u.keep_lease THEN t.lease_expires_at
 			        ELSE now() END,
 			    completed_at = CASE WHEN u.state IN ('succeeded', 'failed', 'unknown', 'cancelled') THEN now() END,
-			    updated_at = now()
+			    updated_at = now(),
+			    -- A provider that stopped the work at an operator's cancel
+			    -- (cancel_requested): the cancel is recorded as anyone's.
+			    resolved_by = CASE WHEN u.state = 'cancelled' AND t.cancel_requested IS NOT NULL THEN t.cancel_requested->>'by' ELSE t.resolved_by END,
+			    resolution_note = CASE WHEN u.state = 'cancelled' AND t.cancel_requested IS NOT NULL THEN t.cancel_requested->>'note' ELSE t.resolution_note END,
+			    resolved_at = CASE WHEN u.state = 'cancelled' AND t.cancel_requested IS NOT NULL THEN now() ELSE t.resolved_at END
 			FROM input u
 			WHERE t.id = u.id AND t.state = u.expect_state AND t.attempt = u.expect_attempt
 			  AND (u.expect_job = 0 OR t.job_id = u.expect_job)

@@ -15,6 +15,14 @@ func (q *Queries) renderCheckpoint(r func(string) string) {
 	// attempt cannot point the next one at another call's work.
 	q.sqlSetCheckpoint = r(`UPDATE {{schema}}.outbox_intent SET checkpoint = $3
 		WHERE id = $1 AND attempt = $2 AND state = 'running'`)
+	// Only an intent whose provider holds its work (a checkpoint) and that
+	// has not ended takes a cancel request; the first request stands.
+	q.sqlRequestCancel = r(`UPDATE {{schema}}.outbox_intent
+		SET cancel_requested = coalesce(cancel_requested, jsonb_build_object('by', $3::text, 'note', NULLIF($4::text, ''), 'at', now())),
+		    updated_at = now()
+		WHERE namespace = $1 AND key = $2 AND state IN ('pending', 'running') AND checkpoint IS NOT NULL
+		RETURNING id`)
+	q.sqlCancelRequested = r(`SELECT cancel_requested IS NOT NULL FROM {{schema}}.outbox_intent WHERE id = $1`)
 }
 
 // ErrCheckpointFenced is SetCheckpoint's error when the attempt no longer
@@ -43,4 +51,25 @@ func (q *Queries) SetCheckpoint(ctx context.Context, db DBTX, id int64, attempt 
 		return ErrCheckpointFenced
 	}
 	return nil
+}
+
+// RequestCancel records an operator's cancel of the intent (namespace,
+// key) whose provider holds its work: the attempt polling that work sends
+// the provider a cancel. It returns pgx.ErrNoRows when the intent has no
+// checkpoint or has ended.
+func (q *Queries) RequestCancel(ctx context.Context, db Querier, namespace, key, by, note string) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, q.sqlRequestCancel, namespace, key, by, note).Scan(&id)
+	return id, err
+}
+
+// CancelRequested reports whether a cancel of intent id was requested
+// (RequestCancel).
+func (q *Queries) CancelRequested(ctx context.Context, db Querier, id int64) (bool, error) {
+	var requested bool
+	err := db.QueryRow(ctx, q.sqlCancelRequested, id).Scan(&requested)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return requested, err
 }

@@ -31,7 +31,7 @@ type Queries struct {
 	sqlOverviewCounts, sqlOverviewLastHour, sqlJobs, sqlLeader, sqlLockAction                 string
 	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
 	sqlStateKey, sqlRequestedHost, sqlUseState, sqlStatesUsed                                 string
-	sqlCheckpoint, sqlSetCheckpoint                                                           string
+	sqlCheckpoint, sqlSetCheckpoint, sqlRequestCancel, sqlCancelRequested                     string
 	sqlRecordUpstreamLock, sqlUpstreamLocks                                                   string
 }
 

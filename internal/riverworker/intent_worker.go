@@ -345,6 +345,9 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 			checkpoint = cp
 			return nil
 		}
+		req.CancelRequestedFunc = func(ctx context.Context) (bool, error) {
+			return w.store.queries.CancelRequested(ctx, w.store.pool, c.ID)
+		}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
 	start := time.Now()
@@ -363,6 +366,17 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		return w.finish(ctx, c, workers.Decide(sit), "", result, nil)
 	}
 	class, code := effects.Classify(err)
+	if class == effects.ClassCancelled {
+		if len(checkpoint) > 0 && w.cancelRequested(ctx, c.ID) {
+			// The provider stopped the work an operator asked it to
+			// cancel: the intent ends cancelled, recorded as the
+			// operator's cancel (the finish copies the request).
+			return w.finish(ctx, c, workers.Decision{State: outbox.StateCancelled, Code: code, MaybeSent: true}, err.Error(), nil, nil)
+		}
+		// Nobody asked: a provider that says it stopped on its own is an
+		// error after the send.
+		class = effects.ClassAmbiguous
+	}
 	sit.Class = class
 	d = workers.Decide(sit)
 	if len(checkpoint) > 0 && class == effects.ClassAmbiguous {
@@ -391,6 +405,14 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 		retryErr = river.JobSnooze(min(wait, RetryAfterMax))
 	}
 	return w.finish(ctx, c, d, err.Error(), nil, retryErr)
+}
+
+// cancelRequested reports whether an operator asked to cancel intent id
+// (its provider holding the work); false when it cannot be read, so that an
+// unreadable request never ends an intent cancelled.
+func (w *IntentWorker) cancelRequested(ctx context.Context, id int64) bool {
+	requested, err := w.store.queries.CancelRequested(context.WithoutCancel(ctx), w.store.pool, id)
+	return err == nil && requested
 }
 
 // pastWindow reports whether an intent of age is too close to the end of a

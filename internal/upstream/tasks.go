@@ -74,7 +74,12 @@ func addTaskMethods(client *mcp.Client) error {
 	if err := mcp.AddSendingCustomMethod[*taskGetParams, *taskResult](client, "tasks/get"); err != nil {
 		return err
 	}
-	return mcp.AddSendingCustomMethod[*taskGetParams, *taskResult](client, "tasks/cancel")
+	return mcp.AddSendingCustomMethod[*taskGetParams, *taskAck](client, "tasks/cancel")
+}
+
+// taskAck is tasks/cancel's empty acknowledgement.
+type taskAck struct {
+	mcp.ResultBase
 }
 
 // taskSlot catches, for one call, the task its upstream answered: the SDK
@@ -234,8 +239,12 @@ func (t *Tool) resumeTask(ctx context.Context, req *effects.Request) (json.RawMe
 	return t.pollTask(ctx, req, &taskResult{TaskID: cp.UpstreamTask, Status: "working"})
 }
 
-// pollTask polls task until it ends or ctx (the attempt's time) does.
+// pollTask polls task until it ends or ctx (the attempt's time) does. An
+// operator's cancel of the intent (req.CancelRequestedFunc) is passed to
+// the upstream as tasks/cancel, once per attempt, and the task is polled on
+// to the end the upstream reports.
 func (t *Tool) pollTask(ctx context.Context, req *effects.Request, task *taskResult) (json.RawMessage, error) {
+	cancelSent := false
 	for {
 		switch task.Status {
 		case "completed":
@@ -251,6 +260,11 @@ func (t *Tool) pollTask(ctx context.Context, req *effects.Request, task *taskRes
 			}
 			return t.classify(nil, rpcErr, req)
 		case "cancelled":
+			if cancelSent {
+				// Stopped at the operator's request: the intent ends
+				// cancelled.
+				return nil, effects.Cancelled(CodeUpstreamTaskCancelled, fmt.Errorf("upstream %s tool %s: task %s cancelled at the operator's request: %s", t.conn.u.name, t.locked.Name, task.TaskID, t.conn.u.scrub(task.StatusMessage)))
+			}
 			// The tool's rules decide, as for an error after the send.
 			return t.classify(nil, &jsonrpc.Error{Code: codeTaskCancelled, Message: "upstream task cancelled: " + task.StatusMessage}, req)
 		case "input_required":
@@ -258,7 +272,22 @@ func (t *Tool) pollTask(ctx context.Context, req *effects.Request, task *taskRes
 			// answer, and the upstream has the call.
 			return nil, effects.Ambiguous(CodeUpstreamInputRequired, fmt.Errorf("upstream %s tool %s: task %s asks for input, which outbox never gives", t.conn.u.name, t.locked.Name, task.TaskID))
 		}
+		if !cancelSent && req.CancelRequestedFunc != nil {
+			if requested, err := req.CancelRequestedFunc(ctx); err == nil && requested {
+				// The ack is empty whatever the upstream does; what it did
+				// shows in the task's status. A cancel that fails to send
+				// is sent again at the next poll.
+				if err := t.cancelTask(ctx, task.TaskID); err != nil {
+					t.conn.logger.WarnContext(ctx, "upstream task cancel failed", "task", task.TaskID, "error", t.conn.u.scrub(err.Error()))
+				} else {
+					cancelSent = true
+				}
+			}
+		}
 		wait := min(max(time.Duration(task.PollIntervalMs)*time.Millisecond, taskPollMin), taskPollMax)
+		if cancelSent {
+			wait = min(wait, time.Second) // the end the cancel brings is awaited closely
+		}
 		select {
 		case <-ctx.Done():
 			return nil, effects.NotSent(CodeUpstreamTaskWorking, fmt.Errorf("upstream %s tool %s: task %s still working when the attempt's time ran out; the next attempt polls it again", t.conn.u.name, t.locked.Name, task.TaskID))
@@ -297,6 +326,17 @@ func (t *Tool) getTask(ctx context.Context, id string) (*taskResult, error) {
 	}
 	defer release()
 	return mcp.CallCustomMethod[*taskGetParams, *taskResult](ctx, s, "tasks/get", &taskGetParams{TaskID: id})
+}
+
+// cancelTask sends tasks/cancel over a session of the upstream's.
+func (t *Tool) cancelTask(ctx context.Context, id string) error {
+	_, s, release, err := t.conn.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	_, err = mcp.CallCustomMethod[*taskGetParams, *taskAck](ctx, s, "tasks/cancel", &taskGetParams{TaskID: id})
+	return err
 }
 
 // Checkpoints implements effects.Checkpointer: a call answered with a task

@@ -66,6 +66,8 @@ export class ApprovalMismatchError extends OutboxError { static readonly code = 
 export class NotAwaitingApprovalError extends OutboxError { static readonly code = "not_awaiting_approval"; }
 /** A cancel of an intent that may already have reached its provider. */
 export class NotCancellableError extends OutboxError { static readonly code = "not_cancellable"; }
+/** A cancel passed to the provider that holds the intent's work as a task (an MCP upstream's): the intent ends by what it reports. */
+export class CancelRequestedError extends OutboxError { static readonly code = "cancel_requested"; }
 /** No intent with this key in the namespace. */
 export class NotFoundError extends OutboxError { static readonly code = "not_found"; }
 /** A resolve of an intent that is not unknown. */
@@ -87,7 +89,7 @@ export class InternalError extends OutboxError { static readonly code = "interna
 export const ERRORS: Readonly<Record<string, typeof OutboxError>> = Object.freeze(
   Object.fromEntries(
     [
-      ApprovalMismatchError, BodyTooLargeError, ForbiddenError, InternalError, InvalidArgsError, InvalidJSONError,
+      ApprovalMismatchError, BodyTooLargeError, CancelRequestedError, ForbiddenError, InternalError, InvalidArgsError, InvalidJSONError,
       InvalidKeyError, KeyRequiredError, KeyReusedError, NotAwaitingApprovalError, NotCancellableError, NotFoundError,
       NotUnknownError, PossibleDuplicateError, RateLimitedError, UnauthorizedError, UnknownEffectError,
     ].map((c) => [c.code, c as typeof OutboxError]),

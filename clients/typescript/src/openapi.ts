@@ -302,7 +302,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The intent's state refuses the operation: not_cancellable, not_unknown; or possible_duplicate (a model's fresh key for an action just recorded). */
+        /** @description The intent's state refuses the operation: not_cancellable, not_unknown; cancel_requested (the intent's upstream holds the work as a task: the cancel was passed to it and the intent ends by what it reports); or possible_duplicate (a model's fresh key for an action just recorded). */
         Conflict: {
             headers: {
                 [name: string]: unknown;

@@ -95,6 +95,12 @@ class NotCancellableError(OutboxError):
     default_code = "not_cancellable"
 
 
+class CancelRequestedError(OutboxError):
+    """A cancel passed to the provider that holds the intent's work as a task
+    (an MCP upstream's): the intent ends by what the provider reports."""
+    default_code = "cancel_requested"
+
+
 class NotFoundError(OutboxError):
     """No intent with this key in the namespace."""
     default_code = "not_found"
@@ -144,7 +150,7 @@ ERRORS: dict[str, type[OutboxError]] = {
     for cls in (
         ApprovalMismatchError, BodyTooLargeError, ForbiddenError, InternalError, InvalidArgsError,
         InvalidJSONError, InvalidKeyError, KeyRequiredError, KeyReusedError, NotAwaitingApprovalError,
-        NotCancellableError, NotFoundError, NotUnknownError, PossibleDuplicateError, RateLimitedError,
+        NotCancellableError, CancelRequestedError, NotFoundError, NotUnknownError, PossibleDuplicateError, RateLimitedError,
         UnauthorizedError, UnknownEffectError,
     )
 }
