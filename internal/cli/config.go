@@ -138,6 +138,12 @@ type Config struct {
 	// (docs/operations.md, "Behind PgBouncer").
 	PollOnly bool `env:"OUTBOX_POLL_ONLY, default=false" expect:"true or false" help:"DATABASE_URL is a transaction pooler's (PgBouncer pool_mode=transaction): River polls, no named prepared statements, timeouts from the role; serve and migrate need OUTBOX_SESSION_DATABASE_URL"`
 
+	// PublicURL is the URL people reach outboxd at, for links handed to
+	// MCP hosts (a URL-mode elicitation opening the console's page of an
+	// intent that an operator must approve) and printed by commands.
+	// Defaults to none: no such links.
+	PublicURL string `env:"OUTBOX_PUBLIC_URL" expect:"an http or https URL, such as https://outbox.example.com" help:"the URL people reach outboxd's console at, for links handed to MCP hosts (an operator's approval page) and printed by commands"`
+
 	// RateLimit bounds each API token's enqueues over HTTP and /mcp,
 	// "rps[:burst]". Defaults to off.
 	RateLimit string `env:"OUTBOX_RATE_LIMIT" expect:"rps[:burst], such as 10 or 0.5:5, or off" help:"per-token enqueue rate over HTTP and /mcp (rps[:burst]); beyond it, 429 rate_limited with Retry-After"`

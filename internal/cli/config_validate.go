@@ -60,6 +60,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"LogLevel", levelErr == nil},
 		{"MaxAttempts", c.MaxAttempts >= 1},
 		{"Namespace", outbox.ValidateNamespace(c.Namespace) == nil},
+		{"PublicURL", c.PublicURL == "" || validHTTPURL(c.PublicURL)},
 		{"RateLimit", rateErr == nil},
 		{"ReconcileInterval", c.ReconcileInterval > 0},
 		{"Retention", c.Retention > 0},

@@ -88,6 +88,7 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 		ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
 		Namespace:     cfg.Namespace,
 		Passthrough:   set.Passthrough(),
+		PublicURL:     cfg.PublicURL,
 		Retention:     cfg.Retention,
 		StateKey:      cfg.StateKeyValue(),
 		Version:       version(),

@@ -227,6 +227,7 @@ func daemonConfig(cfg *Config, set *effectset.Set, logger *slog.Logger) *daemon.
 			AutoKeyWindow: cfg.AutoKeyWindow,
 			ModelKeyGuard: keyguard.Mode(cfg.ModelKeyGuard),
 			Passthrough:   set.Passthrough(),
+			PublicURL:     cfg.PublicURL,
 			Retention:     cfg.Retention,
 			StateKey:      cfg.StateKeyValue(),
 		},

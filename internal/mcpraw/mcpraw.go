@@ -29,6 +29,8 @@ const TasksExtension = mcpwire.TasksExtension
 type Client struct {
 	// Elicit declares form elicitation.
 	Elicit bool
+	// ElicitURL declares URL-mode elicitation.
+	ElicitURL bool
 	// Name is the client's name (clientInfo). Defaults to "raw-host".
 	Name string
 	// Tasks declares the tasks extension.
@@ -85,7 +87,17 @@ func (c *Client) meta() map[string]any {
 	if name == "" {
 		name = "raw-host"
 	}
-	return mcpwire.Meta(name, c.Tasks, c.Elicit)
+	meta := mcpwire.Meta(name, c.Tasks, c.Elicit)
+	if c.ElicitURL {
+		caps := meta["io.modelcontextprotocol/clientCapabilities"].(map[string]any)
+		elicit, _ := caps["elicitation"].(map[string]any)
+		if elicit == nil {
+			elicit = map[string]any{}
+			caps["elicitation"] = elicit
+		}
+		elicit["url"] = map[string]any{}
+	}
+	return meta
 }
 
 // Do sends method with params (to which _meta is added) and returns the

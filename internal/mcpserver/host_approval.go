@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -126,6 +127,10 @@ type requestState struct {
 	Namespace  string `json:"ns"`
 	Principal  string `json:"principal"`
 	Tool       string `json:"tool"`
+	// Mode is the elicitation's: "url" for a page of the console, where an
+	// operator decides (the answer then carries no decision); empty for
+	// the host's form.
+	Mode string `json:"mode,omitempty"`
 }
 
 // sealState encrypts and authenticates st (AES-256-GCM, a random nonce): a
@@ -213,6 +218,37 @@ func (s *server) approvalRequest(ctx context.Context, keys *stateKeys, principal
 	}}, nil
 }
 
+// consoleRequest returns the URL-mode elicitation that opens the
+// console's page of intent, where an operator approves or denies it: the
+// host shows the link, and the call retried after it reads the outcome.
+func (s *server) consoleRequest(ctx context.Context, keys *stateKeys, principal string, tool *EffectTool, intent *outbox.Intent) (*approvalRequest, error) {
+	id, err := s.approvalID(ctx, keys, principal, intent.ID)
+	if err != nil {
+		return nil, err
+	}
+	rule := ""
+	if intent.ApprovalRule != nil {
+		rule = *intent.ApprovalRule
+	}
+	message := fmt.Sprintf("An operator must approve %s (rule %s, args_sha256 %s) before it runs; it expires %s. The page opens outbox's console, where an operator decides; call again afterwards to read the outcome.",
+		tool.Name, rule, intent.ArgsSHA256, s.approvalExpiry(intent).UTC().Format(time.RFC3339))
+	return &approvalRequest{id: id, elicit: &mcp.ElicitParams{
+		Mode:          "url",
+		Message:       message,
+		URL:           s.consoleURL(intent),
+		ElicitationID: id.hex(),
+	}}, nil
+}
+
+// consolePrefix is where the console is mounted (console.Prefix, which
+// this package cannot import: the console imports it).
+const consolePrefix = "/console"
+
+// consoleURL is the console's page of intent under the public URL.
+func (s *server) consoleURL(intent *outbox.Intent) string {
+	return s.publicURL + consolePrefix + "/intents/" + url.PathEscape(intent.Namespace) + "/" + url.PathEscape(intent.Key)
+}
+
 // argsSummaryMax bounds the arguments shown in an approval's message.
 const argsSummaryMax = 500
 
@@ -220,6 +256,11 @@ const argsSummaryMax = 500
 // after its creation).
 func (s *server) approvalExpiry(intent *outbox.Intent) time.Time {
 	return intent.CreatedAt.Add(s.approvalTTL)
+}
+
+// canElicitURL reports whether a client declared URL-mode elicitation.
+func canElicitURL(caps *mcp.ClientCapabilities) bool {
+	return caps != nil && caps.Elicitation != nil && caps.Elicitation.URL != nil
 }
 
 // canElicitForm reports whether a client declared form elicitation (an
@@ -238,11 +279,16 @@ type decision struct {
 	// approve is the form's decision, for accept.
 	approve bool
 	reason  string
+	// url marks the answer to a URL-mode elicitation: the host opened (or
+	// refused to open) the console's page, and decided nothing.
+	url bool
 }
 
 // word is the decision as outbox_mcp_approvals_total{decision} counts it.
 func (d decision) word() string {
 	switch {
+	case d.url:
+		return "url_" + d.action
 	case d.action != actionAccept:
 		return d.action
 	case d.approve:
@@ -280,6 +326,20 @@ func parseDecision(raw json.RawMessage) (decision, error) {
 	return d, nil
 }
 
+// parseURLAnswer reads an elicitation's answer to a URL-mode request:
+// only its action counts.
+func parseURLAnswer(raw json.RawMessage) (decision, error) {
+	var res mcp.ElicitResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return decision{}, fmt.Errorf("the answer is not an elicitation result: %w", err)
+	}
+	switch res.Action {
+	case actionAccept, actionDecline, actionCancel:
+		return decision{action: res.Action, url: true}, nil
+	}
+	return decision{}, errors.New("the answer must have action accept, decline or cancel")
+}
+
 // applyDecision records a host's answer to the approval request st: the
 // request is consumed first (a second use, on any replica, is refused),
 // then the decision is recorded as any approval is, in the same
@@ -312,6 +372,11 @@ func (s *server) applyDecision(ctx context.Context, st *requestState, intent *ou
 		}
 		params := &outbox.ApprovalParams{ArgsSHA256: st.ArgsSHA256, By: by, Key: intent.Key, Namespace: st.Namespace, Note: note}
 		switch {
+		case d.url:
+			// The host opened the console's page (or would not): an
+			// operator decides there. The request is used, so that the
+			// next one is another.
+			return intent, nil
 		case d.action != actionAccept, intent.State != outbox.StateAwaitingApproval:
 			// Nothing to decide (declined, or decided meanwhile): the
 			// request is used all the same, so that it cannot be replayed.
@@ -324,6 +389,10 @@ func (s *server) applyDecision(ctx context.Context, st *requestState, intent *ou
 	})
 	if err != nil {
 		return nil, err
+	}
+	if d.url {
+		s.logger.InfoContext(ctx, "console page of an approval answered from the host", "intent_id", intent.ID, "action", d.action, "by", by)
+		return got, nil
 	}
 	if s.approvalFunc != nil {
 		s.approvalFunc(ViaHost, d.word())
@@ -370,6 +439,13 @@ func (s *server) checkRequestState(ctx context.Context, req *mcp.CallToolRequest
 	if err != nil {
 		return nil, nil, stateRefused("carries an unreadable answer")
 	}
+	if st.Mode == "url" {
+		d, err := parseURLAnswer(raw)
+		if err != nil {
+			return nil, nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "inputResponses", Message: err.Error()}
+		}
+		return st, &d, nil
+	}
 	d, err := parseDecision(raw)
 	if err != nil {
 		return nil, nil, &outbox.Error{Code: outbox.CodeInvalidArgs, Field: "inputResponses", Message: err.Error()}
@@ -381,11 +457,22 @@ func (s *server) checkRequestState(ctx context.Context, req *mcp.CallToolRequest
 // to approve intent (an elicitation in form mode and a sealed
 // requestState), or nil when the host may not decide it or the client
 // cannot ask: the call is then answered as before.
+//
+// For an intent only an operator may approve, with Config.PublicURL set and
+// a client that declares URL-mode elicitation, the input request is instead
+// one opening the console's page of the intent.
 func (s *server) askHost(ctx context.Context, req *mcp.CallToolRequest, tool *EffectTool, intent *outbox.Intent) (*mcp.CallToolResult, error) {
-	if intent.State != outbox.StateAwaitingApproval || intent.ApprovalRule == nil || !outbox.HostMayApprove(*intent.ApprovalRule) {
+	if intent.State != outbox.StateAwaitingApproval || intent.ApprovalRule == nil || req.ProtocolVersion() < multiRoundTripVersion {
 		return nil, nil
 	}
-	if req.ProtocolVersion() < multiRoundTripVersion || !canElicitForm(req.ClientCapabilities()) {
+	caps := req.ClientCapabilities()
+	var mode string
+	switch host := outbox.HostMayApprove(*intent.ApprovalRule); {
+	case host && canElicitForm(caps):
+		mode = "form"
+	case !host && s.publicURL != "" && canElicitURL(caps):
+		mode = "url"
+	default:
 		return nil, nil
 	}
 	keys, err := s.stateKeys(ctx)
@@ -393,7 +480,12 @@ func (s *server) askHost(ctx context.Context, req *mcp.CallToolRequest, tool *Ef
 		return nil, err
 	}
 	principal := principalOf(req.Extra, s.actorDefault)
-	ask, err := s.approvalRequest(ctx, keys, principal, tool, intent)
+	var ask *approvalRequest
+	if mode == "url" {
+		ask, err = s.consoleRequest(ctx, keys, principal, tool, intent)
+	} else {
+		ask, err = s.approvalRequest(ctx, keys, principal, tool, intent)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +495,7 @@ func (s *server) askHost(ctx context.Context, req *mcp.CallToolRequest, tool *Ef
 	}
 	sealed, err := keys.sealState(&requestState{
 		ArgsSHA256: intent.ArgsSHA256, Expires: expires.Unix(), ID: ask.id.hex(), Intent: intent.ID,
-		Namespace: s.namespace, Principal: principal, Tool: tool.Name,
+		Namespace: s.namespace, Principal: principal, Tool: tool.Name, Mode: strings.TrimPrefix(mode, "form"),
 	})
 	if err != nil {
 		return nil, err

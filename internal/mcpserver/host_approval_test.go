@@ -194,6 +194,70 @@ func TestMCPHostApproval(t *testing.T) {
 		require.Contains(t, string(resp.Result), "awaiting_approval")
 	})
 
+	t.Run("OperatorRuleOpensTheConsole", func(t *testing.T) {
+		// With a public URL, a client that declares URL-mode elicitation
+		// is handed the console's page of an intent only an operator
+		// approves; the retried call reads what the operator decided.
+		urlServer := b.serveHTTP(t, &mcpserver.Config{Namespace: "shop", PublicURL: "https://outbox.example.com/",
+			ApprovalFunc: func(via, d string) { approvals = append(approvals, via+"/"+d) }})
+		browser := &mcpraw.Client{URL: urlServer, Token: "agent-1", Elicit: true, ElicitURL: true}
+		args := map[string]any{"to": []string{"b@example.com"}, "subject": "hi", "text": "hello", "idempotency_key": "mail/2"}
+		resp := browser.Do(t, "tools/call", map[string]any{"name": "send_email", "arguments": args})
+		require.Nil(t, resp.Error)
+		var ir struct {
+			ResultType    string `json:"resultType"`
+			InputRequests map[string]struct {
+				Method string `json:"method"`
+				Params struct {
+					Mode          string `json:"mode"`
+					Message       string `json:"message"`
+					URL           string `json:"url"`
+					ElicitationID string `json:"elicitationId"`
+				} `json:"params"`
+			} `json:"inputRequests"`
+			RequestState string `json:"requestState"`
+		}
+		require.NoError(t, json.Unmarshal(resp.Result, &ir), "%s", resp.Result)
+		require.Equal(t, "input_required", ir.ResultType, "%s", resp.Result)
+		require.Len(t, ir.InputRequests, 1)
+		var id string
+		for k, req := range ir.InputRequests {
+			id = k
+			require.Equal(t, "elicitation/create", req.Method)
+			require.Equal(t, "url", req.Params.Mode)
+			require.Equal(t, "https://outbox.example.com/console/intents/shop/mail%2F2", req.Params.URL)
+			require.Equal(t, k, req.Params.ElicitationID)
+			require.Contains(t, req.Params.Message, "An operator must approve send_email")
+			require.Contains(t, req.Params.Message, intent("mail/2").ArgsSHA256)
+		}
+		// A form-only client is not handed the page, nor is one of a
+		// server without a public URL.
+		resp = host.Do(t, "tools/call", map[string]any{"name": "send_email", "arguments": args})
+		require.NotContains(t, string(resp.Result), "input_required")
+		resp = (&mcpraw.Client{URL: url1, Token: "agent-1", Elicit: true, ElicitURL: true}).Do(t, "tools/call", map[string]any{"name": "send_email", "arguments": args})
+		require.NotContains(t, string(resp.Result), "input_required")
+
+		// The host opened the page; nothing is decided by the answer.
+		before := len(approvals)
+		out, isErr := answerHost(t, browser, "send_email", args, ir.RequestState, id, map[string]any{"action": "accept"})
+		require.False(t, isErr, out)
+		require.Contains(t, out, "awaiting_approval")
+		require.Equal(t, outbox.StateAwaitingApproval, intent("mail/2").State)
+		require.Len(t, approvals, before, "opening the page is no approval")
+		// The state was used: a replay is refused.
+		out, isErr = answerHost(t, browser, "send_email", args, ir.RequestState, id, map[string]any{"action": "accept"})
+		require.True(t, isErr)
+		require.Contains(t, out, "invalid_request_state")
+
+		// An operator approves in the console; the call retried reads it.
+		_, err := b.client.Approve(t.Context(), &outbox.ApprovalParams{Namespace: "shop", Key: "mail/2", By: "operator:ana", ArgsSHA256: intent("mail/2").ArgsSHA256})
+		require.NoError(t, err)
+		resp = browser.Do(t, "tools/call", map[string]any{"name": "send_email", "arguments": args})
+		require.Nil(t, resp.Error)
+		require.NotContains(t, string(resp.Result), "input_required")
+		require.NotContains(t, string(resp.Result), "awaiting_approval")
+	})
+
 	t.Run("RequestedByTheCallerForTheHost", func(t *testing.T) {
 		args := map[string]any{"amount": 10, "currency": "usd", "customer": "cus_4", "idempotency_key": "small", "require_approval": "host"}
 		_, _ = ask(t, host, "charge_card", args)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -99,6 +100,13 @@ type Config struct {
 	// outcome (refused, replayed, confirmed) of each possible duplicate the
 	// guard met, for outbox_possible_duplicates_total. Defaults to nil.
 	PossibleDuplicateFunc func(tool, outcome string)
+
+	// PublicURL is the URL operators reach this server's console at
+	// (OUTBOX_PUBLIC_URL). When set, a call whose intent awaits an
+	// operator's approval, from a client that declares URL-mode
+	// elicitation, is answered with one opening the console's page of the
+	// intent; a task's status message names the page. Defaults to none.
+	PublicURL string
 
 	// RateLimitFunc, when set, is asked before each mutating call with the
 	// caller's token name (its TokenInfo's UserID; empty over stdio); when it
@@ -208,6 +216,7 @@ type server struct {
 	// Tasks and approvals in the host.
 	approvalFunc  func(via, decision string)
 	approvalTTL   time.Duration
+	publicURL     string
 	ids           *TaskIDs
 	queries       *intentdb.Queries
 	retention     time.Duration
@@ -243,6 +252,7 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 
 		approvalFunc:  config.ApprovalFunc,
 		approvalTTL:   config.ApprovalTTL,
+		publicURL:     strings.TrimRight(config.PublicURL, "/"),
 		ids:           NewTaskIDs(pool, client.Schema(), config.StateKey),
 		queries:       intentdb.New(client.Schema()),
 		retention:     config.Retention,

@@ -364,6 +364,9 @@ func (s *server) taskOf(ctx context.Context, keys *stateKeys, extra *mcp.Request
 		}
 		t.Status, poll = taskWorking, pollOperator
 		t.StatusMessage = fmt.Sprintf("awaiting approval (rule %s): an operator decides; do not retry", rule)
+		if s.publicURL != "" {
+			t.StatusMessage += "; the operator's page: " + s.consoleURL(intent)
+		}
 		if outbox.HostMayApprove(rule) && canElicitForm(caps) {
 			req, err := s.approvalRequest(ctx, keys, principalOf(extra, s.actorDefault), tool, intent)
 			if err != nil {
