@@ -39,10 +39,25 @@ func TestMCPTasksServe(t *testing.T) {
 	c3 := &mcpraw.Client{URL: "http://" + third.addr + "/mcp", Tasks: true}
 	require.Equal(t, "working", c3.GetTask(t, task.TaskID).Status)
 
+	// A host listens for the task's status instead of polling it.
+	listen := c3.Listen(t, map[string]any{"taskIds": []string{task.TaskID}})
+	agreed, _ := listen.Ack(t)
+	require.Equal(t, []string{task.TaskID}, agreed)
+	held := listen.NextTask(t)
+	require.Equal(t, "working", held.Status)
+	require.Contains(t, held.StatusMessage, "an operator decides")
+
 	intent, err := e.client.Get(context.Background(), "", "task-1")
 	require.NoError(t, err)
 	_, err = e.client.Approve(context.Background(), &outbox.ApprovalParams{Key: "task-1", ArgsSHA256: intent.ArgsSHA256, By: "test"})
 	require.NoError(t, err)
+	notified := listen.NextTask(t)
+	for ; notified.Status == "working"; notified = listen.NextTask(t) {
+		require.NotEqual(t, held.StatusMessage, notified.StatusMessage, "a notification without a change")
+	}
+	require.Equal(t, "completed", notified.Status)
+	require.Contains(t, string(notified.Result.StructuredContent), `"state":"succeeded"`)
+	listen.RequireEnd(t)
 	var done *mcpraw.Task
 	require.Eventually(t, func() bool {
 		done = c3.GetTask(t, task.TaskID)
@@ -79,10 +94,19 @@ func TestMCPTasksServe(t *testing.T) {
 		held := c.CallTask(t, "charge_card", map[string]any{"amount": 10, "currency": "usd", "customer": "cus_s",
 			"idempotency_key": "task-stdio", "require_approval": true})
 		require.Equal(t, "working", c3.GetTask(t, held.TaskID).Status, "a stdio task polled over HTTP")
+		listen := c.Listen(t, map[string]any{"taskIds": []string{held.TaskID}})
+		agreed, _ := listen.Ack(t)
+		require.Equal(t, []string{held.TaskID}, agreed)
+		require.Equal(t, "working", listen.NextTask(t).Status)
 		require.Nil(t, c.Do(t, "tasks/cancel", map[string]any{"taskId": held.TaskID}).Error)
+		require.Equal(t, "cancelled", listen.NextTask(t).Status)
+		listen.RequireEnd(t)
 		require.Equal(t, "cancelled", c.GetTask(t, held.TaskID).Status)
-		// Without the extension declared, tasks/get is refused.
+		// Without the extension declared, a listen for tasks is refused.
 		c.Tasks = false
+		refused := c.Listen(t, map[string]any{"taskIds": []string{held.TaskID}})
+		mcpraw.RequireError(t, &refused.Next(t).Response, -32021)
+		// Nor is tasks/get.
 		mcpraw.RequireError(t, c.Do(t, "tasks/get", map[string]any{"taskId": held.TaskID}), -32021)
 	})
 }

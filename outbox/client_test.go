@@ -763,6 +763,53 @@ func TestWait(t *testing.T) {
 	})
 }
 
+// Watch signals once it is in effect, then on every state change of its
+// intents, including those no Wait returns on (running), and not on
+// another intent's; it stops listening when its context ends.
+func TestWatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	mine, err := b.enqueue(t, &outbox.EnqueueParams{Key: "mine", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	theirs, err := b.enqueue(t, &outbox.EnqueueParams{Key: "theirs", Effect: "noop", Args: map[string]any{}})
+	require.NoError(t, err)
+	watchCtx, cancel := context.WithCancel(ctx)
+	wake := b.client.Watch(watchCtx, []int64{mine.Intent.ID})
+	requireSignal := func(what string) {
+		t.Helper()
+		select {
+		case <-wake:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no signal " + what)
+		}
+	}
+	requireQuiet := func(what string) {
+		t.Helper()
+		select {
+		case <-wake:
+			t.Fatal("a signal " + what)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	requireSignal("once the watch is in effect")
+	require.Equal(t, 1, b.listeners(t))
+	notify := func(payload string) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, b.schema+".intent_changed", payload)
+		require.NoError(t, err)
+	}
+	notify(fmt.Sprintf("running %d", theirs.Intent.ID))
+	requireQuiet("for another intent's change")
+	notify(fmt.Sprintf("running %d,%d", theirs.Intent.ID, mine.Intent.ID))
+	requireSignal("for a running intent")
+	_, err = b.client.Cancel(ctx, &outbox.CancelParams{Key: "mine"})
+	require.NoError(t, err)
+	requireSignal("for the cancel")
+	cancel()
+	require.Eventually(t, func() bool { return b.listeners(t) == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
 // A client that cannot listen (its pool behind a transaction pooler) reads
 // the intent again every WaitPollInterval, and opens no LISTEN connection.
 func TestWaitPollOnly(t *testing.T) {

@@ -23,6 +23,9 @@ type subscription struct {
 	// wake receives a signal when the intent may have become terminal, and
 	// after the listener reconnected (a change may have been missed).
 	wake chan struct{}
+	// every asks for a signal on every state change (Watch), not only on
+	// those a Wait returns on.
+	every bool
 }
 
 func newNotifier(c *Client) *notifier {
@@ -34,12 +37,20 @@ func newNotifier(c *Client) *notifier {
 // caller must call unsubscribe.
 func (n *notifier) subscribe(id int64) (sub *subscription, ready <-chan struct{}, unsubscribe func()) {
 	sub = &subscription{wake: make(chan struct{}, 1)}
+	ready, unsubscribe = n.add(sub, []int64{id})
+	return sub, ready, unsubscribe
+}
+
+// add registers sub's interest in the intents ids, as subscribe does.
+func (n *notifier) add(sub *subscription, ids []int64) (ready <-chan struct{}, unsubscribe func()) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.subs[id] == nil {
-		n.subs[id] = map[*subscription]struct{}{}
+	for _, id := range ids {
+		if n.subs[id] == nil {
+			n.subs[id] = map[*subscription]struct{}{}
+		}
+		n.subs[id][sub] = struct{}{}
 	}
-	n.subs[id][sub] = struct{}{}
 	if n.cancel == nil {
 		// A run that is still winding down keeps its own channels; this
 		// one gets fresh ones.
@@ -48,15 +59,17 @@ func (n *notifier) subscribe(id int64) (sub *subscription, ready <-chan struct{}
 		n.ready = make(chan struct{})
 		go n.run(ctx, n.ready)
 	}
-	return sub, n.ready, func() { n.unsubscribe(id, sub) }
+	return n.ready, func() { n.unsubscribe(ids, sub) }
 }
 
-func (n *notifier) unsubscribe(id int64, sub *subscription) {
+func (n *notifier) unsubscribe(ids []int64, sub *subscription) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delete(n.subs[id], sub)
-	if len(n.subs[id]) == 0 {
-		delete(n.subs, id)
+	for _, id := range ids {
+		delete(n.subs[id], sub)
+		if len(n.subs[id]) == 0 {
+			delete(n.subs, id)
+		}
 	}
 	if len(n.subs) == 0 && n.cancel != nil {
 		n.cancel()
@@ -64,11 +77,16 @@ func (n *notifier) unsubscribe(id int64, sub *subscription) {
 	}
 }
 
-// wake signals the subscribers of ids, or all of them when ids is nil.
-func (n *notifier) wake(ids []int64) {
+// wake signals the subscribers of ids, or all of them when ids is nil; when
+// onlyEvery, only those that asked for every change (a change no Wait
+// returns on).
+func (n *notifier) wake(ids []int64, onlyEvery bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	signal := func(sub *subscription) {
+		if onlyEvery && !sub.every {
+			return
+		}
 		select {
 		case sub.wake <- struct{}{}:
 		default:
@@ -100,15 +118,15 @@ func (n *notifier) run(ctx context.Context, ready chan struct{}) {
 			}
 			// Changes may have been missed while (re)connecting: every
 			// waiter reads its intent again.
-			n.wake(nil)
+			n.wake(nil, false)
 		},
 		Logger: n.client.logger,
 		Name:   "intent waiter",
 		NotifyFunc: func(payload string) {
 			// Waits return on terminal states, and on an approval (see
-			// Wait); other changes need no wake-up.
-			if state, ids, ok := intentdb.ParseChanged(payload); ok && (State(state).Terminal() || state == intentdb.ChangeApproved) {
-				n.wake(ids)
+			// Wait); other changes wake only watches.
+			if state, ids, ok := intentdb.ParseChanged(payload); ok {
+				n.wake(ids, !State(state).Terminal() && state != intentdb.ChangeApproved)
 			}
 		},
 	})

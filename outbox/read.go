@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -182,6 +183,53 @@ func (c *Client) Wait(ctx context.Context, namespace, key string) (*Intent, erro
 			return intent, ctx.Err()
 		}
 	}
+}
+
+// Watch signals on the returned channel whenever one of the intents ids
+// may have changed state (any change, not only those Wait returns on): once
+// as soon as the watch is in effect, so that a read after that signal
+// misses nothing, then after every change, and after the shared LISTEN
+// connection reconnected (a change may have been missed). Signals coalesce:
+// a reader reads the intents again after each. The watch ends with ctx. It
+// shares Wait's one LISTEN connection; a client that cannot listen
+// (Config.PollOnly without a SessionPool) signals every WaitPollInterval
+// instead.
+func (c *Client) Watch(ctx context.Context, ids []int64) <-chan struct{} {
+	wake := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	if c.listenPool == nil {
+		signal()
+		go func() {
+			ticker := time.NewTicker(WaitPollInterval)
+			defer ticker.Stop()
+			for {
+				select {
+				case <-ticker.C:
+					signal()
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		return wake
+	}
+	sub := &subscription{wake: wake, every: true}
+	ready, unsubscribe := c.notifier.add(sub, slices.Clone(ids))
+	context.AfterFunc(ctx, unsubscribe)
+	select {
+	case <-ready:
+		// Listening already: a change from now on is signalled.
+		signal()
+	default:
+		// The listener signals every subscriber once LISTEN is in
+		// effect.
+	}
+	return wake
 }
 
 // reread reads intent again. On failure it returns the intent as last read,

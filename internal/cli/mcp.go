@@ -97,7 +97,10 @@ func (a *app) mcp(ctx context.Context, args []string) error {
 		return err
 	}
 
-	session, err := server.Connect(ctx, &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}, nil)
+	// Listens for task status notifications are answered by outbox, the
+	// SDK knowing nothing of tasks.
+	transport := mcpserver.ListenTransport(server, &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}})
+	session, err := server.Connect(ctx, transport, nil)
 	if err != nil {
 		return err
 	}

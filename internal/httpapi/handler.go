@@ -176,14 +176,18 @@ func New(client *outbox.Client, config *Config) (*Handler, error) {
 	// Stateless: every request stands alone, so any replica of serve can
 	// answer any request, and there is no session for another namespace's
 	// token to take over.
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	serverFor := func(r *http.Request) *mcp.Server {
 		namespace, _ := namespaceFrom(r.Context())
 		return h.mcpServers[namespace]
-	}, &mcp.StreamableHTTPOptions{
+	}
+	sdkHandler := mcp.NewStreamableHTTPHandler(serverFor, &mcp.StreamableHTTPOptions{
 		Logger:              mcpserver.SDKLogger(h.logger),
 		MaxRequestBodyBytes: BodyMax,
 		Stateless:           true,
 	})
+	// A listen for task status notifications is answered by outbox, the
+	// SDK knowing nothing of tasks; every other request reaches the SDK.
+	mcpHandler := mcpserver.ListenHandler(sdkHandler, serverFor, &mcpserver.ListenHandlerOpts{MaxRequestBodyBytes: BodyMax})
 
 	mux := http.NewServeMux()
 	mcpRoute := http.Handler(mcpHandler)

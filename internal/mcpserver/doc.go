@@ -19,6 +19,13 @@
 // continuing the trace context the host sent in params._meta, so that the
 // intent a call enqueues records the call's span as its origin.
 //
+// A client that declares the tasks extension gets its recorded calls as
+// durable tasks (tasks/get, tasks/update, tasks/cancel), and may listen for
+// their status (subscriptions/listen with taskIds): serve such a server
+// behind ListenHandler over HTTP, or over ListenTransport on stdio, which
+// answer those listens ahead of the SDK (docs/agents.md, "Tasks and
+// approvals in the host").
+//
 // One server acts in one namespace: outboxd mcp serves OUTBOX_NAMESPACE over
 // stdio, and the HTTP API serves one server per namespace of its tokens at
 // /mcp (package httpapi).

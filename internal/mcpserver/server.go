@@ -371,6 +371,9 @@ func New(pool *pgxpool.Pool, client *outbox.Client, config *Config) (*mcp.Server
 	// Outermost: a call answered with a task replaces the tool result
 	// after every other middleware has seen the call.
 	srv.AddReceivingMiddleware(answerTasks())
+	// Task status notifications are answered ahead of the SDK
+	// (ListenHandler, ListenTransport), which find s from srv.
+	register(srv, s)
 	return srv, nil
 }
 

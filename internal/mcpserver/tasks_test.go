@@ -30,7 +30,8 @@ func (b *testBundle) serveHTTP(t testing.TB, config *mcpserver.Config) string {
 	t.Helper()
 	server, err := mcpserver.New(b.pool, b.client, config)
 	require.NoError(t, err)
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true})
+	getServer := func(*http.Request) *mcp.Server { return server }
+	h := mcpserver.ListenHandler(mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true}), getServer, nil)
 	withToken := auth.RequireBearerToken(func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		role := "agent"
 		if strings.HasPrefix(token, "reader") {
