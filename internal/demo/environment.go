@@ -145,7 +145,7 @@ func StartEnv(ctx context.Context, config *EnvConfig, out *Output) (*Environment
 	if err := up.register(registry); err != nil {
 		return env, err
 	}
-	env.Upstream = &Upstream{URL: up.url, Tool: "create_note", Mirrored: "demo_create_note", Effects: up.notes}
+	env.Upstream = &Upstream{URL: up.url, Tool: "create_note", Mirrored: "demo_create_note", EffectsFunc: up.notes}
 
 	dcfg := config.DaemonConfigFunc(set)
 	for _, p := range up.catalog.Passthrough {
