@@ -481,7 +481,7 @@ func throwawaySchema(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (sche
 			_, _ = pool.Exec(dropCtx, sql)
 		}
 	}
-	m, err := migrations.New(pool, schema)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	if err == nil {
 		_, err = m.Up(ctx)
 	}

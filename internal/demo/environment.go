@@ -109,7 +109,7 @@ func StartEnv(ctx context.Context, config *EnvConfig, out *Output) (*Environment
 	}
 	env.stops = append(env.stops, pool.Close)
 	done := out.Progress("migrating schema " + schema)
-	migrator, err := migrations.New(pool, schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	if err == nil {
 		_, err = migrator.Up(ctx)
 	}

@@ -104,7 +104,7 @@ func newMigratedSchema(pool *pgxpool.Pool) (*migratedSchema, error) {
 	liveSchemas[s.name] = true
 	schemasMu.Unlock()
 
-	migrator, err := migrations.New(pool, s.name)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: s.name})
 	if err != nil {
 		return nil, fmt.Errorf("error creating migrator: %w", err)
 	}
