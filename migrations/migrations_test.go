@@ -166,7 +166,8 @@ func TestRowChecks(t *testing.T) {
 		})
 	}
 
-	// NULL is the columns' NOT NULL constraints' to refuse, as before.
+	// NULL is the columns' NOT NULL constraints' to refuse, not the row
+	// checks'.
 	require.NoError(t, insert("ns", "k", "noop", `{}`, "explicit", nil))
 	var pgErr *pgconn.PgError
 	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args) VALUES ('ns', NULL, 'noop', '{}')`)

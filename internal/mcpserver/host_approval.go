@@ -380,7 +380,7 @@ func (s *server) checkRequestState(ctx context.Context, req *mcp.CallToolRequest
 // askHost returns the input_required answer asking the person at the host
 // to approve intent (an elicitation in form mode and a sealed
 // requestState), or nil when the host may not decide it or the client
-// cannot ask: the call is then answered as before.
+// cannot ask: the call is then answered with the intent as it stands.
 func (s *server) askHost(ctx context.Context, req *mcp.CallToolRequest, tool *EffectTool, intent *outbox.Intent) (*mcp.CallToolResult, error) {
 	if intent.State != outbox.StateAwaitingApproval || intent.ApprovalRule == nil || !outbox.HostMayApprove(*intent.ApprovalRule) {
 		return nil, nil

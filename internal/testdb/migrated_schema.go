@@ -111,8 +111,8 @@ func newMigratedSchema(pool *pgxpool.Pool) (*migratedSchema, error) {
 	if _, err := migrator.Up(ctx); err != nil {
 		return nil, fmt.Errorf("error migrating schema %s: %w", s.name, err)
 	}
-	// The sandbox's fixture table, which the tests' noop effects record in
-	// (the migrations no longer create it).
+	// The sandbox's fixture table, which the tests' noop effects record in:
+	// it is the sandbox's, so no migration creates it.
 	if err := noop.EnsureTable(ctx, pool, s.name); err != nil {
 		return nil, err
 	}
