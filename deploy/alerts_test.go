@@ -95,7 +95,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	// The alerts the issue asked for.
+	// The alerts docs/operations.md lists ("Alerts").
 	for _, want := range []string{
 		"OutboxUnknownIntents", "OutboxPendingTooOld", "OutboxApprovalNearExpiry", "OutboxReconcilerRepairs",
 		"OutboxStaleWrites", "OutboxEffectFailureRatio", "OutboxNoLeader", "OutboxDrainStalled",

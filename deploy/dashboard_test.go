@@ -81,7 +81,7 @@ func TestDashboard(t *testing.T) {
 	}
 	walk(dash.Panels)
 
-	// What the issue asks the dashboard to show.
+	// What the dashboard must show (docs/operations.md, "The dashboard").
 	for _, name := range []string{
 		"outbox_intents", "outbox_intents_enqueued_total", "outbox_effect_attempts_total",
 		"outbox_intents_deduplicated_total", "outbox_idempotency_conflicts_total",

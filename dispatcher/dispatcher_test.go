@@ -561,7 +561,7 @@ func TestBatchFirstAttempts(t *testing.T) {
 	// batch's output names, with the reason. How many leave is not
 	// asserted beyond the failing ones: an attempt that cannot begin within
 	// the batch's budget is (correctly) handed over, and how many begin in
-	// time depends on the machine (F6: a loaded machine handed 61 of 200
+	// time depends on the machine (a loaded machine has handed 61 of 200
 	// over with a 1 s effect timeout).
 	t.Run("EachIntentEndsOnce", func(t *testing.T) {
 		t.Parallel()

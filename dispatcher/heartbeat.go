@@ -48,7 +48,7 @@ const rescueBatchSize = 1000
 // older than the grace period. A process that is paused (SIGSTOP), slow, or
 // cut off from the provider keeps its session: it is not dead, its jobs are
 // left to the lease and River's rescuer, and its late writes stay fenced on
-// the attempt number as before.
+// the attempt number, as every late write is.
 type heartbeat struct {
 	clientID string
 	effects  *effects.Registry

@@ -10,7 +10,7 @@ import (
 	"github.com/outbox-dev/outbox/internal/testdb"
 )
 
-// The story of the issue, told with the real binary on a fresh schema:
+// outbox's story, told with the real binary on a fresh schema:
 // migrate, enqueue twice (the second a duplicate, nothing new written), once
 // with other args (refused), then watch the intent succeed under serve.
 func TestCommandLine(t *testing.T) {

@@ -83,7 +83,7 @@ func newClusterExhaustEnv(t *testing.T, cluster *pgcluster.Cluster, extra ...str
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	m, err := migrations.New(pool, schema)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	require.NoError(t, err)
 	_, err = m.Up(ctx)
 	require.NoError(t, err)

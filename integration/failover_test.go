@@ -97,7 +97,7 @@ func runFailover(t *testing.T, synchronous bool) *failoverResult {
 	}, 30*time.Second, 50*time.Millisecond, "the standby never streamed as %s", want)
 
 	const schema = "outbox"
-	m, err := migrations.New(direct, schema)
+	m, err := migrations.New(direct, &migrations.Config{Schema: schema})
 	require.NoError(t, err)
 	_, err = m.Up(ctx)
 	require.NoError(t, err)

@@ -57,7 +57,7 @@ func TestHistory(t *testing.T) {
 	pool, err := pgxpool.New(ctx, cluster.URL())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	m, err := migrations.New(pool, schema)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	require.NoError(t, err)
 	_, err = m.Up(ctx)
 	require.NoError(t, err)

@@ -44,7 +44,7 @@ func TestPatroniFailover(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	const schema = "outbox"
-	m, err := migrations.New(pool, schema)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	require.NoError(t, err)
 	_, err = m.Up(ctx)
 	require.NoError(t, err)

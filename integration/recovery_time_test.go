@@ -17,7 +17,7 @@ import (
 )
 
 // recoveryKills is how many processes TestRecoveryTime kills. CI runs a
-// few; the measurement is 20 or more:
+// few; the measurement in docs/design.md takes 20 or more:
 //
 //	go test ./integration -run TestRecoveryTime -recovery-kills 24 -v
 var recoveryKills = flag.Int("recovery-kills", 6, "kills in TestRecoveryTime (the measurement in docs/design.md used 24)")

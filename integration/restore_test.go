@@ -104,7 +104,7 @@ func runRestoreFromBackup(t *testing.T, method restoreMethod) {
 	pool, err := pgxpool.New(ctx, primary.URL())
 	require.NoError(t, err)
 	defer pool.Close()
-	m, err := migrations.New(pool, schema)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	require.NoError(t, err)
 	_, err = m.Up(ctx)
 	require.NoError(t, err)

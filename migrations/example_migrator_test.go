@@ -26,7 +26,7 @@ func ExampleMigrator_Up() {
 	defer t.Close()
 	schema := outboxtest.MigrateSchema(ctx, t, pool)
 
-	migrator, err := migrations.New(pool, schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	if err != nil {
 		panic(err)
 	}

@@ -160,19 +160,46 @@ var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // any other.
 func ValidSchema(name string) bool { return schemaRE.MatchString(name) }
 
-// New returns a Migrator for schema (SchemaDefault when empty).
-func New(pool *pgxpool.Pool, schema string) (*Migrator, error) {
-	if schema == "" {
-		schema = SchemaDefault
+// Config configures a Migrator. A nil *Config means every default.
+type Config struct {
+	// Schema is the schema to migrate: River's tables and outbox's go in
+	// it. It must satisfy ValidSchema. Defaults to SchemaDefault.
+	Schema string
+}
+
+// withDefaults returns a copy of c (or of an empty Config when c is nil)
+// with every unset field given its default.
+func (c *Config) withDefaults() *Config {
+	out := &Config{}
+	if c != nil {
+		*out = *c
 	}
-	if !ValidSchema(schema) {
-		return nil, fmt.Errorf("schema %q must match %s", schema, schemaRE)
+	if out.Schema == "" {
+		out.Schema = SchemaDefault
 	}
-	river, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
+	return out
+}
+
+// validate reports a setting New refuses.
+func (c *Config) validate() error {
+	if !ValidSchema(c.Schema) {
+		return fmt.Errorf("schema %q must match %s", c.Schema, schemaRE)
+	}
+	return nil
+}
+
+// New returns a Migrator for the schema config names. config may be nil.
+// It returns an error for a schema name ValidSchema refuses.
+func New(pool *pgxpool.Pool, config *Config) (*Migrator, error) {
+	cfg := config.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	river, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: cfg.Schema})
 	if err != nil {
 		return nil, fmt.Errorf("error creating River migrator: %w", err)
 	}
-	return &Migrator{pool: pool, river: river, schema: schema}, nil
+	return &Migrator{pool: pool, river: river, schema: cfg.Schema}, nil
 }
 
 // Applied is one applied migration in a Result.

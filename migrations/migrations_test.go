@@ -19,6 +19,34 @@ import (
 	"github.com/outbox-dev/outbox/migrations"
 )
 
+func TestNew(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testdb.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	// A nil Config migrates SchemaDefault; PendingSQL names the schema and
+	// changes nothing.
+	t.Run("NilConfigMeansDefaults", func(t *testing.T) {
+		t.Parallel()
+
+		m, err := migrations.New(pool, nil)
+		require.NoError(t, err)
+		sql, err := m.PendingSQL(ctx)
+		require.NoError(t, err)
+		require.Contains(t, sql, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{migrations.SchemaDefault}.Sanitize()+";\n")
+	})
+
+	t.Run("InvalidSchema", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := migrations.New(pool, &migrations.Config{Schema: "Orders-Schema"})
+		require.ErrorContains(t, err, `schema "Orders-Schema" must match`)
+	})
+}
+
 func TestMigratorUp(t *testing.T) {
 	t.Parallel()
 
@@ -43,7 +71,7 @@ func TestMigratorUp(t *testing.T) {
 		})
 		_, err = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 		require.NoError(t, err)
-		m, err := migrations.New(pool, schema)
+		m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 		require.NoError(t, err)
 		_, err = m.Up(ctx)
 		require.NoError(t, err)
@@ -69,7 +97,7 @@ func TestMigratorUp(t *testing.T) {
 			_, err := pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 			require.NoError(t, err)
 		})
-		m, err := migrations.New(pool, schema)
+		m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 		require.NoError(t, err)
 		_, err = m.Up(ctx)
 		require.NoError(t, err)
@@ -82,7 +110,7 @@ func TestMigratorUp(t *testing.T) {
 		t.Parallel()
 
 		pool, schema := testdb.MigratedSchema(t)
-		m, err := migrations.New(pool, schema)
+		m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 		require.NoError(t, err)
 		res, err := m.Up(ctx)
 		require.NoError(t, err)
@@ -138,7 +166,8 @@ func TestRowChecks(t *testing.T) {
 		})
 	}
 
-	// NULL is the columns' NOT NULL constraints' to refuse, as before.
+	// NULL is the columns' NOT NULL constraints' to refuse, not the row
+	// checks'.
 	require.NoError(t, insert("ns", "k", "noop", `{}`, "explicit", nil))
 	var pgErr *pgconn.PgError
 	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, effect, args) VALUES ('ns', NULL, 'noop', '{}')`)
@@ -175,7 +204,7 @@ func TestMigrateLiveTable(t *testing.T) {
 	ctx := context.Background()
 	pool, schema := testdb.MigratedSchema(t)
 	table := pgx.Identifier{schema, "outbox_intent"}.Sanitize()
-	m, err := migrations.New(pool, schema)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	require.NoError(t, err)
 	for want := migrations.Latest(); want >= 14; want-- {
 		res, err := m.Down(ctx, nil)

@@ -353,7 +353,7 @@ func TestMigrateSchema(t *testing.T) {
 	t.Run("Migrates", func(t *testing.T) {
 		schema = MigrateSchema(t.Context(), t, pool)
 		require.True(t, strings.HasPrefix(schema, schemaPrefix), schema)
-		migrator, err := migrations.New(pool, schema)
+		migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
 		require.NoError(t, err)
 		status, err := migrator.Status(t.Context())
 		require.NoError(t, err)

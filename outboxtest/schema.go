@@ -32,7 +32,7 @@ const cleanupTimeout = 30 * time.Second
 func MigrateSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool) string {
 	tb.Helper()
 	schema := randomSchema()
-	migrator, err := migrations.New(pool, schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	if err != nil {
 		tb.Fatalf("outboxtest: error creating migrator: %s", err)
 	}

@@ -92,9 +92,9 @@ func testOnly(t *testing.T, path, dir string, files []string) string {
 	return ""
 }
 
-// TestTestOnlyDoc shows which package docs count as test-only: the old
-// fixtures' wording, wrapped over lines as doc comments are, and not the
-// sandbox's own.
+// TestTestOnlyDoc shows which package docs count as test-only: a fixture's
+// or a stand-in's wording, wrapped over lines as doc comments are, and not
+// the sandbox's own.
 func TestTestOnlyDoc(t *testing.T) {
 	t.Parallel()
 

@@ -124,7 +124,7 @@ func refundEffect(t *testing.T, url string, timeout time.Duration) *Effect {
       timeout: %s
 `, url, timeout)
 	effs, err := Parse("effects.yaml", []byte(src), &Config{
-		LookupEnv: func(name string) (string, bool) {
+		LookupEnvFunc: func(name string) (string, bool) {
 			return map[string]string{"STRIPE_KEY": "sk_test_secret_42"}[name], true
 		},
 		LoopbackOnly: true,
@@ -303,7 +303,7 @@ func TestDeclaredTicketAgainstZendesk(t *testing.T) {
       match: item.external_id == provider_key
       result: {id: /id}
 `
-	effs, err := Parse("effects.yaml", []byte(src), &Config{LoopbackOnly: true, LookupEnv: func(name string) (string, bool) {
+	effs, err := Parse("effects.yaml", []byte(src), &Config{LoopbackOnly: true, LookupEnvFunc: func(name string) (string, bool) {
 		return map[string]string{"ZENDESK_URL": z.URL(), "ZENDESK_AUTH": "YWdlbnRAZXhhbXBsZS5jb20vdG9rZW46dA=="}[name], true
 	}})
 	require.NoError(t, err)
@@ -346,7 +346,7 @@ func TestDeclaredTicketAgainstZendesk(t *testing.T) {
 	// A look-up answered with anything but a list is a failure, never "not
 	// found".
 	broken := strings.Replace(src, "items: body.tickets", "items: body.count", 1)
-	effs, err = Parse("effects.yaml", []byte(broken), &Config{LookupEnv: func(name string) (string, bool) {
+	effs, err = Parse("effects.yaml", []byte(broken), &Config{LookupEnvFunc: func(name string) (string, bool) {
 		return map[string]string{"ZENDESK_URL": z.URL(), "ZENDESK_AUTH": "YWdlbnRAZXhhbXBsZS5jb20vdG9rZW46dA=="}[name], true
 	}})
 	require.NoError(t, err)
@@ -357,7 +357,7 @@ func TestDeclaredTicketAgainstZendesk(t *testing.T) {
 
 // TestRuleErrorsDoNotMatchAndAreCounted: a rule that reads a member an
 // answer lacks fails to evaluate; it does not match, and the effect says so
-// to OnRuleError, so that a rule a provider's new answer broke shows.
+// to OnRuleErrorFunc, so that a rule a provider's new answer broke shows.
 func TestRuleErrorsDoNotMatchAndAreCounted(t *testing.T) {
 	t.Parallel()
 
@@ -378,7 +378,7 @@ func TestRuleErrorsDoNotMatchAndAreCounted(t *testing.T) {
         class: not_sent
     result: {id: /id}
 `, srv.URL)
-	effs, err := Parse("effects.yaml", []byte(src), &Config{OnRuleError: func(effect string) {
+	effs, err := Parse("effects.yaml", []byte(src), &Config{OnRuleErrorFunc: func(effect string) {
 		mu.Lock()
 		defer mu.Unlock()
 		counted[effect]++
@@ -411,7 +411,7 @@ func TestScrubsOnlyValuesLongEnoughToBeSecrets(t *testing.T) {
 `
 	vars := map[string]string{"PING_URL": provider.URL, "PING_REGION": "y", "PING_TOKEN": "tok_12345678"}
 	effs, err := Parse("effects.yaml", []byte(src), &Config{
-		LookupEnv: func(name string) (string, bool) { v, ok := vars[name]; return v, ok },
+		LookupEnvFunc: func(name string) (string, bool) { v, ok := vars[name]; return v, ok },
 	})
 	require.NoError(t, err)
 	_, err = effs[0].Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{}`), Attempt: 1, IntentID: 1, ProviderKey: "pk_1"})

@@ -47,8 +47,8 @@ func ExampleParse() {
     result: {id: /message/id}
 `
 	effs, err := declared.Parse("effects.yaml", []byte(file), &declared.Config{
-		LookupEnv:    func(name string) (string, bool) { return provider.URL, name == "CHAT_URL" },
-		LoopbackOnly: true,
+		LookupEnvFunc: func(name string) (string, bool) { return provider.URL, name == "CHAT_URL" },
+		LoopbackOnly:  true,
 	})
 	if err != nil {
 		panic(err) // a declared.FileErrors: every problem, by line

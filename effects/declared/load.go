@@ -50,8 +50,8 @@ type Config struct {
 	// Defaults to a client of httpsend.NewClient.
 	HTTPClient *http.Client
 
-	// LookupEnv reads {env.*} variables. Defaults to os.LookupEnv.
-	LookupEnv func(name string) (string, bool)
+	// LookupEnvFunc reads {env.*} variables. Defaults to os.LookupEnv.
+	LookupEnvFunc func(name string) (string, bool)
 
 	// LoopbackOnly refuses any base whose host is not loopback: the
 	// sandbox's and the demo's rule. Defaults to false.
@@ -61,9 +61,9 @@ type Config struct {
 	// from a variable is then not checked. Defaults to false.
 	NoEnv bool
 
-	// OnRuleError is called, with the effect's name, when an outcome rule
+	// OnRuleErrorFunc is called, with the effect's name, when an outcome rule
 	// fails to evaluate (and so does not match). Defaults to none.
-	OnRuleError func(effect string)
+	OnRuleErrorFunc func(effect string)
 
 	// Reserved are names no declared effect may take (the built-ins').
 	// Defaults to none.
@@ -91,8 +91,8 @@ func (c *Config) withDefaults() *Config {
 	if out.EffectTimeout <= 0 {
 		out.EffectTimeout = effects.TimeoutDefault
 	}
-	if out.LookupEnv == nil {
-		out.LookupEnv = os.LookupEnv
+	if out.LookupEnvFunc == nil {
+		out.LookupEnvFunc = os.LookupEnv
 	}
 	if out.HTTPClient == nil {
 		out.HTTPClient = httpsend.NewClient(64)

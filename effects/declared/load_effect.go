@@ -34,7 +34,7 @@ func (l *loader) effect(name string, v any) (*Effect, error) {
 	if decl == nil {
 		return nil, errs.Err()
 	}
-	e := &Effect{name: name, tool: name, client: l.cfg.HTTPClient, onRuleError: l.cfg.OnRuleError, env: map[string]string{}}
+	e := &Effect{name: name, tool: name, client: l.cfg.HTTPClient, onRuleError: l.cfg.OnRuleErrorFunc, env: map[string]string{}}
 	errs = append(errs, l.checkEffect(e, decl, presetDecl, fail)...)
 	if len(errs) > 0 {
 		return nil, errs.Err()
@@ -273,7 +273,7 @@ func (l *loader) effectEnv(e *Effect, fail effectfile.FailFunc) error {
 		if ph.Kind != effectfile.KindEnv || missing[ph.Name] {
 			continue
 		}
-		v, ok := l.cfg.LookupEnv(ph.Name)
+		v, ok := l.cfg.LookupEnvFunc(ph.Name)
 		if !ok || v == "" {
 			missing[ph.Name] = true
 			errs.Add(fail("", "the environment variable %s is not set (the declaration reads {env.%s})", ph.Name, ph.Name))

@@ -78,7 +78,7 @@ const ticketDecl = `effects:
 
 func parse(t *testing.T, src string, mutate func(*Config)) ([]*Effect, error) {
 	t.Helper()
-	cfg := &Config{LookupEnv: env, EffectTimeout: 30 * time.Second, Reserved: []string{"charge", "email", "ticket", "webhook"}, ReservedTools: []string{"charge_card"}}
+	cfg := &Config{LookupEnvFunc: env, EffectTimeout: 30 * time.Second, Reserved: []string{"charge", "email", "ticket", "webhook"}, ReservedTools: []string{"charge_card"}}
 	if mutate != nil {
 		mutate(cfg)
 	}
@@ -202,7 +202,7 @@ func TestPresetsLoad(t *testing.T) {
 	require.Len(t, Presets(), len(want))
 	for _, p := range Presets() {
 		src := "effects:\n  e:\n    preset: " + p.Name + "\n"
-		effs, err := Parse("effects.yaml", []byte(src), &Config{LookupEnv: func(string) (string, bool) { return "value", true }})
+		effs, err := Parse("effects.yaml", []byte(src), &Config{LookupEnvFunc: func(string) (string, bool) { return "value", true }})
 		require.NoError(t, err, p.Name)
 		require.Equal(t, want[p.Name], string(effs[0].Guarantee()), p.Name)
 	}

@@ -31,7 +31,7 @@ func presetEffect(t *testing.T, preset, patch string, env map[string]string) *Ef
 	src := "effects:\n  e:\n    preset: " + preset + "\n" + patch
 	effs, err := Parse("effects.yaml", []byte(src), &Config{
 		LoopbackOnly: true,
-		LookupEnv: func(name string) (string, bool) {
+		LookupEnvFunc: func(name string) (string, bool) {
 			v, ok := env[name]
 			return v, ok
 		},

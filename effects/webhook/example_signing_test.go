@@ -36,7 +36,7 @@ func ExampleEffect_Execute() {
 
 	effect, err := webhook.New(&webhook.Config{
 		Endpoints: []webhook.Endpoint{{Name: "orders", URL: receiver.URL, Dedupe: true}},
-		Now:       func() time.Time { return time.Unix(1_700_000_000, 0) }, // a fixed clock, for the output
+		NowFunc:   func() time.Time { return time.Unix(1_700_000_000, 0) }, // a fixed clock, for the output
 		Secret:    secret,
 	})
 	if err != nil {

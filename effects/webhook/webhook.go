@@ -140,8 +140,8 @@ type Config struct {
 	// and follows no redirect.
 	HTTPClient *http.Client
 
-	// Now is the clock of webhook-timestamp. Defaults to time.Now.
-	Now func() time.Time
+	// NowFunc is the clock of webhook-timestamp. Defaults to time.Now.
+	NowFunc func() time.Time
 
 	// Secret is the signing secret, "whsec_" and base64. Required.
 	Secret string
@@ -179,7 +179,7 @@ func New(config *Config) (*Effect, error) {
 		endpoints: make(map[string]Endpoint, len(config.Endpoints)),
 		guarantee: effects.GuaranteeDeduplicated,
 		key:       key,
-		now:       config.Now,
+		now:       config.NowFunc,
 	}
 	for _, ep := range config.Endpoints {
 		if !endpointNameRE.MatchString(ep.Name) {

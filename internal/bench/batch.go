@@ -32,9 +32,14 @@ func (c *BatchComparison) Ratio() float64 { return c.Outbox.Rate / c.River.Rate 
 
 // CompareBatch measures cfg.Count units (rounded up to whole batches) of
 // each, one caller, in fresh schemas it drops afterwards. Rate is units per
-// second; TxP50 and TxP99 are per transaction of BatchSize.
+// second; TxP50 and TxP99 are per transaction of BatchSize. Like Compare, it
+// first returns a *ConnectionsError if the server would not take the
+// connections it needs.
 func CompareBatch(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*BatchComparison, error) {
 	cfg = cfg.withDefaults()
+	if err := checkConnections(ctx, pool, int(pool.Config().MaxConns)+batchPoolSize); err != nil {
+		return nil, err
+	}
 	batches := max(1, (cfg.Count+BatchSize-1)/BatchSize)
 	out := &BatchComparison{}
 	var err error
@@ -100,7 +105,7 @@ func runBatch(ctx context.Context, shared *pgxpool.Pool, cfg *Config, name strin
 		return nil, err
 	}
 	defer drop()
-	pool, err := newLanePool(ctx, shared, schema)
+	pool, err := newLanePool(ctx, shared, schema, batchPoolSize)
 	if err != nil {
 		return nil, err
 	}

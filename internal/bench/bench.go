@@ -40,6 +40,11 @@ type Config struct {
 	Clients int
 	// Count is the number of units per measurement. Defaults to 10,000.
 	Count int
+	// LanePoolSize is the size of each lane's pool of its own, which its
+	// callers, River's workers and the dispatcher share. Defaults to
+	// Clients more than serve's pool for Workers (daemon.PoolSize): the
+	// larger of 20 and Workers/2+10.
+	LanePoolSize int32
 	// Logger receives progress. Defaults to a logger that discards.
 	Logger *slog.Logger
 	// SchemaPrefix starts the name of each lane's throwaway schema.
@@ -65,6 +70,9 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.Workers == 0 {
 		out.Workers = dispatcher.WorkersDefault
+	}
+	if out.LanePoolSize == 0 {
+		out.LanePoolSize = int32(out.Clients + max(20, out.Workers/2+10))
 	}
 	if out.SchemaPrefix == "" {
 		out.SchemaPrefix = "bench_"
@@ -365,13 +373,16 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kind Kind, cfg *Config, offere
 }
 
 // runIn measures one kind in schema, already migrated, on a pool of the
-// lane's own (see newLanePool).
+// lane's own (see newLanePool) with every connection open.
 func runIn(ctx context.Context, shared *pgxpool.Pool, schema string, kind Kind, cfg *Config, offered float64) (*Result, error) {
-	pool, err := newLanePool(ctx, shared, schema)
+	pool, err := newLanePool(ctx, shared, schema, cfg.LanePoolSize)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
+	if err := warmPool(ctx, pool); err != nil {
+		return nil, err
+	}
 	var sys system
 	switch {
 	case kind.Watermill:
@@ -481,7 +492,7 @@ func throwawaySchema(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (sche
 			_, _ = pool.Exec(dropCtx, sql)
 		}
 	}
-	m, err := migrations.New(pool, schema)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	if err == nil {
 		_, err = m.Up(ctx)
 	}
@@ -490,26 +501,6 @@ func throwawaySchema(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (sche
 		return "", nil, err
 	}
 	return schema, drop, nil
-}
-
-// warmPool opens every connection pool may hold, so that the first lane
-// does not pay for connecting (tens of milliseconds a connection, which on
-// a short run would make the baseline look slow and every ratio high).
-func warmPool(ctx context.Context, pool *pgxpool.Pool) error {
-	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
-	defer func() {
-		for _, c := range conns {
-			c.Release()
-		}
-	}()
-	for range pool.Config().MaxConns {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("bench: error opening the pool's connections: %w", err)
-		}
-		conns = append(conns, c)
-	}
-	return nil
 }
 
 // Comparison is the outcome of Compare.
@@ -552,12 +543,17 @@ func (c *Comparison) RatioTo(i int, name string) float64 {
 
 // Compare measures every kind's maximum rate, then every kind's latency at
 // half the baseline's maximum rate (latency at saturation is only queueing).
+// pool needs PoolSize connections; a lane runs on a pool of its own, one
+// lane at a time. Before anything else, Compare returns a
+// *ConnectionsError if the server would not take pool's connections, a
+// lane's pool and the lane's sessions together.
 func Compare(ctx context.Context, pool *pgxpool.Pool, kinds []Kind, cfg *Config) (*Comparison, error) {
 	cfg = cfg.withDefaults()
 	if len(kinds) == 0 || kinds[0].Guarantee != "" || kinds[0].Unique || kinds[0].peer() {
 		return nil, errors.New("bench: the first kind must be the River baseline")
 	}
-	if err := warmPool(ctx, pool); err != nil {
+	need := int(pool.Config().MaxConns) + int(cfg.LanePoolSize) + laneSessions
+	if err := checkConnections(ctx, pool, need); err != nil {
 		return nil, err
 	}
 	c := &Comparison{Kinds: kinds}

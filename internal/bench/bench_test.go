@@ -198,7 +198,7 @@ func BenchmarkEnqueueMany(b *testing.B) {
 	pool := testdb.Pool(b)
 	ctx := context.Background()
 	schema := testdb.Schema(b)
-	m, err := migrations.New(pool, schema)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	require.NoError(b, err)
 	_, err = m.Up(ctx)
 	require.NoError(b, err)
@@ -270,7 +270,7 @@ func BenchmarkRowChecks(b *testing.B) {
 	clients := make([]*outbox.Client, 2) // 007, 008
 	for i := range clients {
 		schema := testdb.Schema(b)
-		m, err := migrations.New(pool, schema)
+		m, err := migrations.New(pool, &migrations.Config{Schema: schema})
 		require.NoError(b, err)
 		_, err = m.Up(ctx)
 		require.NoError(b, err)

@@ -61,13 +61,15 @@ type tableCounters struct {
 	inserts, updates, hot, deletes, indexTuples int64
 }
 
-// newLanePool opens a pool of the lane's own, like pool and named by
-// application_name, so that its backends can be told apart from those of
-// whoever else shares pool (a test running beside the lane): their write
-// counters are read only once every one of them has flushed (see
-// readCost and closeLanePool).
-func newLanePool(ctx context.Context, pool *pgxpool.Pool, schema string) (*pgxpool.Pool, error) {
+// newLanePool opens a pool of the lane's own of size connections, like
+// pool otherwise and named by application_name, so that its backends can
+// be told apart from those of whoever else shares pool (a test running
+// beside the lane): their write counters are read only once every one of
+// them has flushed (see readCost and closeLanePool).
+func newLanePool(ctx context.Context, pool *pgxpool.Pool, schema string, size int32) (*pgxpool.Pool, error) {
 	config := pool.Config()
+	config.MaxConns = size
+	config.MinConns = min(config.MinConns, size)
 	config.ConnConfig.RuntimeParams["application_name"] = laneApplicationName(schema)
 	lane, err := pgxpool.NewWithConfig(ctx, config)
 	if err != nil {

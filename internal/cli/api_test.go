@@ -216,7 +216,7 @@ func TestServeAuthFailures(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 	}
 	// The eleventh guess from the address is slowed: 429 with
-	// Retry-After, the token not even checked (F10).
+	// Retry-After, the token not even checked.
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+srv.Addr+"/v1/intents", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer a-real-token-0123456")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -50,6 +51,11 @@ transaction (River's InsertManyTx, outbox's EnqueueManyTx).
 Each lane works in a schema of its own (outboxd_bench_ and a random suffix),
 dropped afterwards, even on Ctrl-C; nothing else in the database is touched.
 Progress goes to stderr; the table (or with --json the figures) to stdout.
+Each lane runs on a pool of its own, sized like serve's for --workers plus
+--clients and opened in full: with the defaults, the run holds at most 63
+connections. A server that cannot take them (max_connections, its reserved
+slots, a role's or database's CONNECTION LIMIT, less what others hold) is
+named in one line before anything runs.
 Ratios are against plain River measured in the same run: compare ratios, not
 rates, across machines. "Like for like" sets each lane against River's lane
 that inserts the same way (in a caller's transaction or without one);
@@ -101,8 +107,9 @@ func (a *app) bench(ctx context.Context, args []string) error {
 	}
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
-	// The callers, River's workers and the dispatcher's, like serve's pool.
-	pool, err := connect(ctx, cfg, daemon.PoolSize(*workersN)+int32(*clients))
+	// The lanes run on pools of their own, one lane at a time: this one
+	// only migrates, reads and drops the lanes' schemas.
+	pool, err := connect(ctx, cfg, bench.PoolSize)
 	if err != nil {
 		return err
 	}
@@ -113,8 +120,23 @@ func (a *app) bench(ctx context.Context, args []string) error {
 		return err
 	}
 	progress := bench.NewProgress(a.stderr, len(kinds)*2+2)
-	bcfg := &bench.Config{Clients: *clients, Count: *count, Workers: *workersN, ProgressFunc: progress.Update, SchemaPrefix: BenchSchemaPrefix}
+	bcfg := &bench.Config{
+		Clients: *clients,
+		Count:   *count,
+		// The callers, River's workers and the dispatcher's, like serve's
+		// pool.
+		LanePoolSize: daemon.PoolSize(*workersN) + int32(*clients),
+		ProgressFunc: progress.Update,
+		SchemaPrefix: BenchSchemaPrefix,
+		Workers:      *workersN,
+	}
 	c, err := bench.Compare(ctx, pool, kinds, bcfg)
+	var connsErr *bench.ConnectionsError
+	if errors.As(err, &connsErr) {
+		// Before anything ran, so no progress bar to end.
+		return fmt.Errorf("bench needs %d connections with --workers %d and --clients %d, and the server allows %d (%s): lower --workers or --clients, or raise max_connections",
+			connsErr.Need, *workersN, *clients, connsErr.Allowed, connsErr.Limit)
+	}
 	if err == nil {
 		var batch *bench.BatchComparison
 		batchCfg := *bcfg

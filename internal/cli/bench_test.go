@@ -1,12 +1,16 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
+	"net/url"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/internal/pgcluster"
 	"github.com/outbox-dev/outbox/internal/testdb"
 )
 
@@ -110,4 +114,68 @@ func TestBench(t *testing.T) {
 	require.NoError(t, conn.QueryRow(t.Context(),
 		`SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'outboxd\_bench\_%'`).Scan(&left))
 	require.Zero(t, left, "bench leaves no schema behind")
+}
+
+// outboxd bench with its default workers and callers runs on a server at
+// PostgreSQL's default max_connections (100): its pools and a lane's
+// sessions together fit. On a server that cannot take them, it says so in
+// one line before it starts.
+func TestBenchDefaultMaxConnections(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cluster, err := pgcluster.Start(ctx, &pgcluster.Config{Settings: []string{"max_connections=100"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cluster.Stop(context.WithoutCancel(ctx))) })
+	env := map[string]string{"DATABASE_URL": cluster.URL()}
+
+	// Each lane opens every connection of its pool, so this holds as many
+	// at once as a long run's busiest moment.
+	res := runEnv(t, env, nil, "bench", "--count", "100", "--batch-count", "1000",
+		"--lane", "outbox", "--lane", "hand-written outbox on River", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+
+	// A role of no privilege, which sees no backend_type of others' sessions.
+	conn, err := pgx.Connect(ctx, cluster.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE ROLE bench_small LOGIN; GRANT CREATE ON DATABASE postgres TO bench_small")
+	require.NoError(t, err)
+	u, err := url.Parse(cluster.URL())
+	require.NoError(t, err)
+	u.User = url.User("bench_small")
+	small := map[string]string{"DATABASE_URL": u.String()}
+
+	t.Run("Busy", func(t *testing.T) {
+		// 60 connections held by others (and the test's one) leave 39, 36
+		// to a role that may not take the 3 slots reserved for superusers.
+		others, err := pgxpool.New(ctx, cluster.URL()+"&pool_max_conns=60")
+		require.NoError(t, err)
+		defer others.Close()
+		held := make([]*pgxpool.Conn, 60)
+		for i := range held {
+			held[i], err = others.Acquire(ctx)
+			require.NoError(t, err)
+			defer held[i].Release()
+		}
+
+		res := runEnv(t, env, nil, "bench", "--count", "100")
+		require.Equal(t, 1, res.code, res.stderr)
+		require.Equal(t, "outboxd: bench needs 63 connections with --workers 50 and --clients 16, and the server allows 39 "+
+			"(max_connections 100, 61 in use by others): lower --workers or --clients, or raise max_connections\n", res.stderr)
+
+		res = runEnv(t, small, nil, "bench", "--count", "100")
+		require.Equal(t, 1, res.code, res.stderr)
+		require.Equal(t, "outboxd: bench needs 63 connections with --workers 50 and --clients 16, and the server allows 36 "+
+			"(max_connections 100, 3 reserved, 61 in use by others): lower --workers or --clients, or raise max_connections\n", res.stderr)
+	})
+
+	t.Run("RoleConnectionLimit", func(t *testing.T) {
+		_, err = conn.Exec(ctx, "ALTER ROLE bench_small CONNECTION LIMIT 30")
+		require.NoError(t, err)
+
+		res := runEnv(t, small, nil, "bench", "--count", "100", "--workers", "10", "--clients", "4")
+		require.Equal(t, 1, res.code, res.stderr)
+		require.Equal(t, "outboxd: bench needs 36 connections with --workers 10 and --clients 4, and the server allows 30 "+
+			"(the role's CONNECTION LIMIT 30, 0 in use by others): lower --workers or --clients, or raise max_connections\n", res.stderr)
+	})
 }

@@ -106,7 +106,7 @@ func (a *app) migrator(ctx context.Context) (*migrations.Migrator, func(), error
 		pool.Close()
 		return nil, nil, err
 	}
-	migrator, err := migrations.New(pool, cfg.Schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: cfg.Schema})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

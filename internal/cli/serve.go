@@ -242,7 +242,7 @@ func daemonConfig(cfg *Config, set *effectset.Set, logger *slog.Logger) *daemon.
 // checkMigrations refuses a schema with pending migrations, or applies them
 // when cfg.AutoMigrate.
 func checkMigrations(ctx context.Context, cfg *Config, pool *pgxpool.Pool, logger *slog.Logger) error {
-	migrator, err := migrations.New(pool, cfg.Schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: cfg.Schema})
 	if err != nil {
 		return err
 	}

@@ -249,7 +249,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, config *Config) (_ *Daemon, 
 	if err != nil {
 		return nil, err
 	}
-	migrator, err := migrations.New(pool, c.Schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: c.Schema})
 	if err != nil {
 		return nil, err
 	}

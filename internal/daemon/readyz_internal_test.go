@@ -32,7 +32,7 @@ func TestReadyz(t *testing.T) {
 		if len(held) > 0 {
 			heldFunc = func() map[string]string { return map[string]string{held[0]: held[1]} }
 		}
-		migrator, err := migrations.New(pool, schema)
+		migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
 		require.NoError(t, err)
 		// Behind the API's: a request with no credentials is served.
 		handler := newHTTPHandler(&httpHandlerConfig{

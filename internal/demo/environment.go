@@ -109,7 +109,7 @@ func StartEnv(ctx context.Context, config *EnvConfig, out *Output) (*Environment
 	}
 	env.stops = append(env.stops, pool.Close)
 	done := out.Progress("migrating schema " + schema)
-	migrator, err := migrations.New(pool, schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	if err == nil {
 		_, err = migrator.Up(ctx)
 	}
@@ -145,7 +145,7 @@ func StartEnv(ctx context.Context, config *EnvConfig, out *Output) (*Environment
 	if err := up.register(registry); err != nil {
 		return env, err
 	}
-	env.Upstream = &Upstream{URL: up.url, Tool: "create_note", Mirrored: "demo_create_note", Effects: up.notes}
+	env.Upstream = &Upstream{URL: up.url, Tool: "create_note", Mirrored: "demo_create_note", EffectsFunc: up.notes}
 
 	dcfg := config.DaemonConfigFunc(set)
 	for _, p := range up.catalog.Passthrough {

@@ -18,8 +18,8 @@ type Upstream struct {
 	// Tool is the server's tool the host calls, and Mirrored its name on
 	// outbox's /mcp.
 	Tool, Mirrored string
-	// Effects counts what the server did.
-	Effects func() int
+	// EffectsFunc counts what the server did.
+	EffectsFunc func() int
 }
 
 // mcpLane is part 5: a host that dispatches every tool call twice.
@@ -44,23 +44,23 @@ func (s *Story) mcpUpstream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	before := up.Effects()
+	before := up.EffectsFunc()
 	if err := twice(ctx, direct, up.Tool, args, nil); err != nil {
 		return err
 	}
 	_ = direct.Close()
-	s.mcp.directEffects = up.Effects() - before
+	s.mcp.directEffects = up.EffectsFunc() - before
 
 	viaOutbox, err := s.mcpSession(ctx, s.env.BaseURL+"/mcp", s.env.Token)
 	if err != nil {
 		return err
 	}
 	defer viaOutbox.Close() //nolint:errcheck // closing a stateless session says nothing
-	before = up.Effects()
+	before = up.EffectsFunc()
 	if err := twice(ctx, viaOutbox, up.Mirrored, args, &s.mcp.answers); err != nil {
 		return err
 	}
-	s.mcp.outboxEffects = up.Effects() - before
+	s.mcp.outboxEffects = up.EffectsFunc() - before
 	done()
 
 	tw := s.out.Table()

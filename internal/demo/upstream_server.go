@@ -80,8 +80,8 @@ func startUpstreamServer(ctx context.Context, config *UpstreamConfig, logger *sl
 		_ = os.RemoveAll(state)
 	}
 	file, err := upstream.ParseFile("demo upstream", []byte(upstreamFile), &declared.Config{
-		LookupEnv:    func(name string) (string, bool) { return u.url, name == "DEMO_NOTES_URL" },
-		LoopbackOnly: true,
+		LookupEnvFunc: func(name string) (string, bool) { return u.url, name == "DEMO_NOTES_URL" },
+		LoopbackOnly:  true,
 	})
 	if err == nil {
 		u.catalog, err = pinAndBind(ctx, file, config, logger)

@@ -293,14 +293,14 @@ func LoadFile(config *Config, path string, noEnv bool, onRuleError func(effect s
 	cfg := config.withDefaults()
 	reserved, reservedTools := BuiltinNames()
 	return upstream.LoadFile(path, &declared.Config{
-		EffectTimeout: cfg.EffectTimeout,
-		LookupEnv:     cfg.LookupEnvFunc,
-		LoopbackOnly:  cfg.Sandbox || cfg.LoopbackOnly,
-		NoEnv:         noEnv,
-		OnRuleError:   onRuleError,
-		Reserved:      reserved,
-		ReservedTools: reservedTools,
-		Retention:     cfg.Retention,
+		EffectTimeout:   cfg.EffectTimeout,
+		LookupEnvFunc:   cfg.LookupEnvFunc,
+		LoopbackOnly:    cfg.Sandbox || cfg.LoopbackOnly,
+		NoEnv:           noEnv,
+		OnRuleErrorFunc: onRuleError,
+		Reserved:        reserved,
+		ReservedTools:   reservedTools,
+		Retention:       cfg.Retention,
 	})
 }
 

@@ -534,7 +534,7 @@ func TestWait(t *testing.T) {
 		resp := bundle.do(t, request{method: http.MethodGet, path: "/v1/intents/done?wait=30s", token: tokenBeta})
 		require.Equal(t, http.StatusOK, resp.status)
 		require.Equal(t, outbox.StateCancelled, decode[outbox.Intent](t, resp).State)
-		// Without the fix it queued behind alpha's waits for its 30 s.
+		// Queued behind alpha's waits, it would take its whole 30 s.
 		require.Less(t, time.Since(start), 10*time.Second)
 	})
 

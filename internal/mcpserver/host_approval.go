@@ -456,7 +456,7 @@ func (s *server) checkRequestState(ctx context.Context, req *mcp.CallToolRequest
 // askHost returns the input_required answer asking the person at the host
 // to approve intent (an elicitation in form mode and a sealed
 // requestState), or nil when the host may not decide it or the client
-// cannot ask: the call is then answered as before.
+// cannot ask: the call is then answered with the intent as it stands.
 //
 // For an intent only an operator may approve, with Config.PublicURL set and
 // a client that declares URL-mode elicitation, the input request is instead

@@ -22,7 +22,7 @@ const methodCallTool = "tools/call"
 
 // The attributes of the OpenTelemetry GenAI and MCP conventions that a tool
 // call's span carries. They left the core semconv packages after v1.41.0
-// (the GenAI conventions have a repository of their own now), so they are
+// (the GenAI conventions live in a repository of their own), so they are
 // spelt here rather than taken from an older semconv package.
 const (
 	attrGenAIOperationName = attribute.Key("gen_ai.operation.name")

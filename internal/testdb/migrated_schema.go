@@ -104,15 +104,15 @@ func newMigratedSchema(pool *pgxpool.Pool) (*migratedSchema, error) {
 	liveSchemas[s.name] = true
 	schemasMu.Unlock()
 
-	migrator, err := migrations.New(pool, s.name)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: s.name})
 	if err != nil {
 		return nil, fmt.Errorf("error creating migrator: %w", err)
 	}
 	if _, err := migrator.Up(ctx); err != nil {
 		return nil, fmt.Errorf("error migrating schema %s: %w", s.name, err)
 	}
-	// The sandbox's fixture table, which the tests' noop effects record in
-	// (the migrations no longer create it).
+	// The sandbox's fixture table, which the tests' noop effects record in:
+	// it is the sandbox's, so no migration creates it.
 	if err := noop.EnsureTable(ctx, pool, s.name); err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func TestChildEnvironmentOnlyDeclared(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			file := "upstreams:\n  up:\n    command: [sh]\n" + decl
-			f, err := ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+			f, err := ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 				return "token-value-1234", n == "TOKEN"
 			}})
 			require.NoError(t, err)
@@ -111,7 +111,7 @@ func (b *syncBuffer) Len() int {
 // closed) sent nothing: not_sent, not an ambiguous lost outcome.
 func TestStdioCallNotWrittenIsNotSent(t *testing.T) {
 	t.Parallel()
-	f, err := ParseFile("effects.yaml", []byte(childFile("    connect_timeout: 20s\n")), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := ParseFile("effects.yaml", []byte(childFile("    connect_timeout: 20s\n")), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 		return "1", n == "CHILD"
 	}})
 	require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestHTTPProbeTakesTheCallsAnswer(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(hs.Close)
-	f, err := ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"{env.URL}\"\n"), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"{env.URL}\"\n"), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 		return hs.URL, n == "URL"
 	}})
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestHTTPProbeTakesTheCallsAnswer(t *testing.T) {
 // reservation spends none of its time on the start.
 func TestReserveStartsChildBeforeCall(t *testing.T) {
 	t.Parallel()
-	f, err := ParseFile("effects.yaml", []byte(childFile("    connect_timeout: 20s\n    max_in_flight: 1\n")), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := ParseFile("effects.yaml", []byte(childFile("    connect_timeout: 20s\n    max_in_flight: 1\n")), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 		return "1500ms", n == "CHILD"
 	}})
 	require.NoError(t, err)
@@ -213,7 +213,7 @@ func ctxWithTimeout(t *testing.T, d time.Duration) context.Context {
 // stderr is read whatever the lines' length.
 func TestChildStderrLongLineKeepsAnswering(t *testing.T) {
 	t.Parallel()
-	f, err := ParseFile("effects.yaml", []byte(childFile("    timeout: 5s\n    connect_timeout: 20s\n")), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := ParseFile("effects.yaml", []byte(childFile("    timeout: 5s\n    connect_timeout: 20s\n")), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 		return "1", n == "CHILD"
 	}})
 	require.NoError(t, err)

@@ -35,7 +35,7 @@ func TestUpstreamDrift(t *testing.T) {
 	t.Cleanup(hs.Close)
 
 	file := "upstreams:\n  up:\n    url: \"{env.URL}\"\n    refresh: 1s\n    connect_timeout: 2s\n"
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 		return hs.URL, n == "URL"
 	}})
 	require.NoError(t, err)
@@ -176,7 +176,7 @@ func TestUpstreamSessionComparedBeforeCalls(t *testing.T) {
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
 	f, err := upstream.ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    url: \"{env.URL}\"\n    connect_timeout: 2s\n"),
-		&declared.Config{LookupEnv: func(n string) (string, bool) { return hs.URL, n == "URL" }})
+		&declared.Config{LookupEnvFunc: func(n string) (string, bool) { return hs.URL, n == "URL" }})
 	require.NoError(t, err)
 	conn := upstream.NewConn(f.Upstreams[0], nil)
 	server, listed, err := conn.ListTools(context.Background())
@@ -229,7 +229,7 @@ func TestUpstreamLookupToolPinned(t *testing.T) {
         marker: {arg: body, append: " {provider_key}"}
         lookup: {tool: find, items: result.data.notes, match: item.body.contains(provider_key)}
 `
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 		return hs.URL, n == "URL"
 	}})
 	require.NoError(t, err)

@@ -59,8 +59,8 @@ func withDefaults(c *declared.Config) *declared.Config {
 	if out.EffectTimeout <= 0 {
 		out.EffectTimeout = effects.TimeoutDefault
 	}
-	if out.LookupEnv == nil {
-		out.LookupEnv = os.LookupEnv
+	if out.LookupEnvFunc == nil {
+		out.LookupEnvFunc = os.LookupEnv
 	}
 	return &out
 }

@@ -26,7 +26,7 @@ func TestUpstreamChildProcessGroupStopped(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "grandchild.pid")
 	script := fmt.Sprintf("sleep 300 & echo $! > %s; exec %s", pidFile, self)
 	file := fmt.Sprintf("upstreams:\n  up:\n    command: [sh, -c, %q]\n    env: {OUTBOX_UPSTREAM_TEST_CHILD: \"{env.SRV}\"}\n    connect_timeout: 10s\n", script)
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) { return "1", n == "SRV" }})
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) { return "1", n == "SRV" }})
 	require.NoError(t, err)
 	conn := upstream.NewConn(f.Upstreams[0], nil)
 	_, listed, err := conn.ListTools(context.Background())

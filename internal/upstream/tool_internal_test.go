@@ -15,7 +15,7 @@ import (
 func secretTool(t *testing.T, secret string) *Tool {
 	t.Helper()
 	f, err := ParseFile("effects.yaml", []byte("upstreams:\n  up:\n    command: [sh]\n    env: {A: \"{env.TOKEN}\"}\n"), &declared.Config{
-		LookupEnv: func(n string) (string, bool) { return secret, n == "TOKEN" },
+		LookupEnvFunc: func(n string) (string, bool) { return secret, n == "TOKEN" },
 	})
 	require.NoError(t, err)
 	return &Tool{conn: NewConn(f.Upstreams[0], nil), locked: &LockedTool{Name: "write"}, name: "up_write"}

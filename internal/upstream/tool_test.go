@@ -25,7 +25,7 @@ import (
 // binds it.
 func bindListed(t *testing.T, file string, lookupEnv func(string) (string, bool), listed []*mcp.Tool) *upstream.Catalog {
 	t.Helper()
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: lookupEnv})
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: lookupEnv})
 	require.NoError(t, err)
 	lock := &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{}}
 	for _, u := range f.Upstreams {
@@ -77,7 +77,7 @@ func serveHTTP(t *testing.T, srv *mcp.Server) string {
 // upstream at url, and binds it.
 func bindServed(t *testing.T, file, url string) *upstream.Catalog {
 	t.Helper()
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 		return url, n == "URL"
 	}})
 	require.NoError(t, err)
@@ -173,7 +173,7 @@ func TestUpstreamURLSecretInPath(t *testing.T) {
 	hs.Close()
 	const secret = "s3cr3t-path-token-5678"
 	file := "upstreams:\n  up:\n    url: \"{env.URL}\"\n    connect_timeout: 2s\n    tools:\n      write: {guarantee: at_most_once}\n"
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
 		return dead + "/" + secret + "/mcp", n == "URL"
 	}})
 	require.NoError(t, err)

@@ -480,7 +480,7 @@ func (l *loader) resolveUpstreamEnv(u *Upstream, fail func(string, string, ...an
 	}
 	for _, us := range uses {
 		for _, ph := range us.t.Placeholders() {
-			v, ok := l.cfg.LookupEnv(ph.Name)
+			v, ok := l.cfg.LookupEnvFunc(ph.Name)
 			if !ok || v == "" {
 				return fail(us.field, "the environment variable %s is not set (the declaration reads {env.%s})", ph.Name, ph.Name)
 			}
