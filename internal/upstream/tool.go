@@ -38,6 +38,9 @@ const (
 	CodeUpstreamDrift         = "upstream_drift"
 	CodeUpstreamToolMissing   = "upstream_tool_missing"
 	CodeUpstreamHTTPError     = "upstream_http_error"
+	// CodeSentArgsUnrecorded is a call not sent because the arguments it
+	// would send could not be recorded on its intent first.
+	CodeSentArgsUnrecorded = "sent_args_unrecorded"
 )
 
 // tracerName names the tracer of upstream calls' spans: the package, as
@@ -61,6 +64,7 @@ var (
 	_ effects.Reconciler          = (*Tool)(nil)
 	_ effects.RequestReconciler   = (*Tool)(nil)
 	_ effects.Reserver            = (*Tool)(nil)
+	_ effects.SentArgsRecorder    = (*Tool)(nil)
 	_ effects.ToolNamer           = (*Tool)(nil)
 	_ effects.UpstreamTooler      = (*Tool)(nil)
 )
@@ -292,6 +296,32 @@ func (t *Tool) callArgs(args json.RawMessage, providerKey string) (map[string]an
 	return m, nil
 }
 
+// RecordsSentArgs implements effects.SentArgsRecorder: the upstream
+// receives the caller's arguments with the marker and key_arg applied,
+// which each attempt records before its call.
+func (t *Tool) RecordsSentArgs() bool { return true }
+
+// recordSent records args, scrubbed of the upstream's secrets, as what
+// req's attempt sends: before the call, so that an attempt that dies
+// mid-call leaves them on its intent. Not recorded, the call is not sent.
+func (t *Tool) recordSent(ctx context.Context, req *effects.Request, args map[string]any) error {
+	if req.RecordSentFunc == nil {
+		return nil
+	}
+	scrubbed, _, err := t.conn.u.scrubJSON(args)
+	var raw []byte
+	if err == nil {
+		raw, err = effectfile.MarshalJSON(scrubbed)
+	}
+	if err == nil {
+		err = req.RecordSentFunc(ctx, raw)
+	}
+	if err != nil {
+		return effects.NotSent(CodeSentArgsUnrecorded, fmt.Errorf("upstream %s tool %s: not called: the arguments to send could not be recorded on the intent: %w", t.conn.u.name, t.locked.Name, err))
+	}
+	return nil
+}
+
 // Reserve implements effects.Reserver: a call slot and a session of the
 // tool's upstream (the child started, or the HTTP session opened), taken
 // before the worker claims the intent, for the attempt's look-up and call.
@@ -323,6 +353,11 @@ func (t *Tool) Execute(ctx context.Context, req *effects.Request) (json.RawMessa
 			outcome = string(class) + ":" + code
 		}
 		return result, err
+	}
+	if err := t.recordSent(ctx, req, args); err != nil {
+		class, code := effects.Classify(err)
+		outcome = string(class) + ":" + code
+		return nil, err
 	}
 	callCtx, slot := withTaskSlot(ctx)
 	res, rpcErr, err := t.conn.call(callCtx, t.locked.Name, args, t.guarantee)
