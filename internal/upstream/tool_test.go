@@ -417,3 +417,95 @@ func TestUpstreamRecordsSentArgs(t *testing.T) {
 		require.Len(t, calls, before, "never called")
 	})
 }
+
+// A reconcilable upstream tool's look-up may be an HTTP request, declared
+// as a declared HTTP effect's: checked at load and against the lock, sent
+// at reconcile to a real HTTP API, read by items and match, never "not
+// found" on a failed answer, its stored result scrubbed of its secrets.
+func TestUpstreamHTTPLookup(t *testing.T) {
+	t.Parallel()
+	const apiToken = "api-token-secret-value-42"
+	notes := &notesServer{}
+	var apiFails atomic.Bool
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+apiToken || r.URL.Path != "/notes" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		if apiFails.Load() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		notes.mu.Lock()
+		defer notes.mu.Unlock()
+		items := []map[string]any{}
+		for i, body := range notes.notes {
+			if strings.Contains(body, r.URL.Query().Get("q")) {
+				// An answer that echoes the look-up's secret: scrubbed.
+				items = append(items, map[string]any{"id": i + 1, "body": body, "seen_with": apiToken})
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"notes": items})
+	}))
+	t.Cleanup(api.Close)
+	file := `upstreams:
+  notes:
+    url: "{env.URL}"
+    connect_timeout: 5s
+    tools:
+      create_note:
+        guarantee: reconcilable
+        marker: {arg: body, append: " <!-- {provider_key} -->"}
+        lookup:
+          url: "{env.API}/notes?q={provider_key}"
+          headers: {Authorization: "Bearer {env.API_TOKEN}"}
+          items: body.notes
+          match: item.body.contains(provider_key)
+`
+	mcpURL := serveHTTP(t, notes.server())
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnv: func(n string) (string, bool) {
+		switch n {
+		case "URL":
+			return mcpURL, true
+		case "API":
+			return api.URL, true
+		case "API_TOKEN":
+			return apiToken, true
+		}
+		return "", false
+	}})
+	require.NoError(t, err)
+	u := f.Upstreams[0]
+	conn := upstream.NewConn(u, nil)
+	server, listed, err := conn.ListTools(context.Background())
+	conn.Close()
+	require.NoError(t, err)
+	entry, problems := u.Pin(server, listed, nil)
+	require.Empty(t, problems, "an HTTP look-up needs no tool of the upstream")
+	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"notes": entry}}, &upstream.BindConfig{})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	tool := recordedTool(t, c, "notes_create_note")
+	req := &effects.Request{Args: json.RawMessage(`{"body":"hello"}`), ProviderKey: "pk-http-1"}
+
+	_, found, err := tool.LookupRequest(context.Background(), req, time.Now())
+	require.NoError(t, err)
+	require.False(t, found, "nothing written yet")
+
+	_, err = tool.Execute(context.Background(), req)
+	require.NoError(t, err)
+	result, found, err := tool.LookupRequest(context.Background(), req, time.Now())
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Contains(t, string(result), `"reconciled":true`)
+	require.Contains(t, string(result), `"id":1`)
+	require.NotContains(t, string(result), apiToken, "the look-up's secret is scrubbed")
+
+	apiFails.Store(true)
+	_, found, err = tool.LookupRequest(context.Background(), req, time.Now())
+	require.False(t, found)
+	require.ErrorContains(t, err, "lookup_failed", "a failed answer is never \"not found\"")
+	require.NotContains(t, err.Error(), apiToken)
+	require.NotContains(t, err.Error(), api.URL, "errors show the template")
+}
