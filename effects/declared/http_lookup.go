@@ -64,7 +64,9 @@ func (h *HTTPLookup) URLTemplate() string { return h.e.lookup.request.url.raw }
 
 // Placeholders are the placeholders of the look-up's request (URL,
 // headers, body).
-func (h *HTTPLookup) Placeholders() []*effectfile.Placeholder { return h.e.lookup.request.placeholders() }
+func (h *HTTPLookup) Placeholders() []*effectfile.Placeholder {
+	return h.e.lookup.request.placeholders()
+}
 
 // Result is the look-up's result fields: pointers into what Find returns.
 func (h *HTTPLookup) Result() []effectfile.ResultField { return h.e.lookup.result }
