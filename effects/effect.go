@@ -79,6 +79,13 @@ type Request struct {
 	// returns Cancelled if it did. Each call reads the database.
 	CancelRequestedFunc func(ctx context.Context) (bool, error)
 
+	// RecordSentFunc, set for a SentArgsRecorder's attempt, records args
+	// (a JSON object, scrubbed of secrets) durably on the intent as what
+	// this attempt sends the provider, fenced on this attempt's claim,
+	// before it returns. An error means they were not recorded: the
+	// effect must then not send them, and answers not_sent.
+	RecordSentFunc func(ctx context.Context, args json.RawMessage) error
+
 	// LastAttemptEnd is, for a look-up, when the attempt before ended (its
 	// finish, or its lease's end when its outcome was lost): any request it
 	// sent was sent by then, so a provider whose reads lag its writes is
@@ -122,6 +129,16 @@ type Effect interface {
 // of resumed work ends the intent unknown rather than retrying it.
 type Checkpointer interface {
 	Checkpoints() bool
+}
+
+// SentArgsRecorder is implemented by an effect whose provider receives
+// other arguments than the intent's: an MCP upstream's recorded tool,
+// which applies its marker and key_arg at send time. Its attempts get
+// Request.RecordSentFunc, and record what they send before they send it,
+// so that an operator resolving an unknown intent (its attempt may have
+// died mid-call) reads exactly what the provider received.
+type SentArgsRecorder interface {
+	RecordsSentArgs() bool
 }
 
 // ArgsSchemaer is implemented by an effect that describes its arguments as

@@ -72,6 +72,8 @@ var tiers = map[string]string{
 	"TestUpstreamsHTTP":                      tierCore,
 	"TestMCPTasksServe":                      tierCore,
 	"TestUpstreamTasks":                      tierCore,
+	"TestUpstreamLateSend":                   tierCore,
+	"TestUpstreamRollout":                    tierCore,
 	"TestExhaustion":                         tierFaults,
 	"TestFailoverAsync":                      tierFaults,
 	"TestFailoverSync":                       tierFaults,

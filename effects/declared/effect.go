@@ -342,64 +342,71 @@ func (e *Effect) LookupRequest(ctx context.Context, req *effects.Request, create
 	if e.lookup == nil {
 		return nil, false, fmt.Errorf("effect %s has no look-up", e.name)
 	}
+	item, found, failed, err := e.find(ctx, req, createdAt)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	result, err := e.extract(e.lookup.result, item)
+	if err != nil {
+		return nil, false, failed("%v", err)
+	}
+	return result, true, nil
+}
+
+// find sends the look-up for req and reads its answer: the matched item
+// of a listing, or the answer's body when found holds. Its failed makes a
+// lookup_failed error about the answer.
+func (e *Effect) find(ctx context.Context, req *effects.Request, createdAt time.Time) (item any, found bool, failed func(string, ...any) error, err error) {
 	a, err := e.newAttempt(req, createdAt)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.lookup.request.timeout)
 	defer cancel()
 	httpReq, err := e.build(httpsend.WithURLTemplate(ctx, e.lookup.request.url.raw), e.lookup.request, a)
 	if err != nil {
-		return nil, false, e.renderError(err)
+		return nil, false, nil, e.renderError(err)
 	}
 	resp, err := httpsend.Do(e.client, httpReq, "look-up of effect "+e.name)
 	if err != nil {
-		return nil, false, e.scrubError(err)
+		return nil, false, nil, e.scrubError(err)
 	}
-	failed := func(format string, args ...any) error {
+	failed = func(format string, args ...any) error {
 		return errors.New(e.scrub(fmt.Sprintf("lookup_failed: effect %s: %s answered %d: ", e.name, e.lookup.request.url.raw, resp.StatusCode) + fmt.Sprintf(format, args...)))
 	}
 	vars := e.answerVars(resp, a)
 	act := vars.activation(nil)
 	if e.lookup.items != nil {
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
-			return nil, false, failed("not a 2xx")
+			return nil, false, nil, failed("not a 2xx")
 		}
 		items, err := e.lookup.items.EvalList(act)
 		if err != nil {
-			return nil, false, failed("items: %v", err)
+			return nil, false, nil, failed("items: %v", err)
 		}
 		for _, item := range items {
 			ok, err := e.lookup.match.EvalBool(vars.activation(item))
 			if err != nil {
-				return nil, false, failed("match: %v", err)
+				return nil, false, nil, failed("match: %v", err)
 			}
 			if ok {
-				result, err := e.extract(e.lookup.result, item)
-				if err != nil {
-					return nil, false, failed("%v", err)
-				}
-				return result, true, nil
+				return item, true, failed, nil
 			}
 		}
-		return nil, false, nil
+		return nil, false, failed, nil
 	}
-	found, err1 := e.lookup.found.EvalBool(act)
+	isFound, err1 := e.lookup.found.EvalBool(act)
 	missing, err2 := e.lookup.missing.EvalBool(act)
 	if err := errors.Join(err1, err2); err != nil {
-		return nil, false, failed("%v", err)
+		return nil, false, nil, failed("%v", err)
 	}
 	switch {
-	case found && !missing:
-		result, err := e.extract(e.lookup.result, vars.body)
-		if err != nil {
-			return nil, false, failed("%v", err)
-		}
-		return result, true, nil
-	case missing && !found:
-		return nil, false, nil
+	case isFound && !missing:
+		return vars.body, true, failed, nil
+	case missing && !isFound:
+		return nil, false, failed, nil
 	}
-	return nil, false, failed("found is %t and missing is %t: exactly one must hold", found, missing)
+	return nil, false, nil, failed("found is %t and missing is %t: exactly one must hold", isFound, missing)
 }
 
 // scrub replaces every secret (each {env.*} value) in s.

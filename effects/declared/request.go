@@ -186,6 +186,18 @@ func (l *loader) lookup(e *Effect, v any, fail effectfile.FailFunc) (*lookupDecl
 	}
 	var errs effectfile.FileErrors
 	errs.Add(l.known(m, "$.effects."+e.name+".lookup", e.name, lookupFields))
+	d, err := l.lookupBody(e, m, fail)
+	errs.Add(err)
+	if len(errs) > 0 {
+		return nil, errs.Err()
+	}
+	return d, nil
+}
+
+// lookupBody checks a look-up's members, known to be look-up fields: its
+// request, its conditions and its result.
+func (l *loader) lookupBody(e *Effect, m effectfile.Map, fail effectfile.FailFunc) (*lookupDecl, error) {
+	var errs effectfile.FileErrors
 	d := &lookupDecl{}
 	var err error
 	if d.request, err = l.request(e, m, "lookup", true, fail); err != nil {

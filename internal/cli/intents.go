@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-dev/outbox/internal/access"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
 
@@ -206,7 +207,7 @@ func (a *app) intentsShow(ctx context.Context, args []string) error {
 		if err != nil {
 			return unmigrated(cfg, err)
 		}
-		return writeJSON(a.stdout, intent)
+		return a.writeShown(ctx, pool, cfg, intent)
 	}
 
 	waitCtx, cancel := context.WithTimeout(ctx, *wait)
@@ -224,7 +225,7 @@ func (a *app) intentsShow(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if err := writeJSON(a.stdout, intent); err != nil {
+	if err := a.writeShown(ctx, pool, cfg, intent); err != nil {
 		return err
 	}
 	if !intent.State.Terminal() {
@@ -232,6 +233,29 @@ func (a *app) intentsShow(ctx context.Context, args []string) error {
 		return &exitError{code: ExitFailure}
 	}
 	return nil
+}
+
+// shownIntent is what intents show prints: the intent, and what its last
+// attempt that recorded them sent the provider (an MCP upstream's call,
+// with its marker and key_arg applied), for an operator who resolves an
+// unknown intent.
+type shownIntent struct {
+	*outbox.Intent
+	SentArgs *intentdb.SentArgs `json:"sent_args,omitempty"`
+}
+
+// writeShown prints intent as intents show does.
+func (a *app) writeShown(ctx context.Context, pool *pgxpool.Pool, cfg *Config, intent *outbox.Intent) error {
+	sent, err := intentdb.New(cfg.Schema).SentArgsOf(ctx, pool, intent.ID)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn {
+		// A schema not yet migrated to 019 records no sent arguments.
+		sent, err = nil, nil
+	}
+	if err != nil {
+		return unmigrated(cfg, fmt.Errorf("error reading intent %s's sent arguments: %w", intent.Key, err))
+	}
+	return writeJSON(a.stdout, &shownIntent{Intent: intent, SentArgs: sent})
 }
 
 func (a *app) intentsCancel(ctx context.Context, args []string) error {

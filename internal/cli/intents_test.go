@@ -1,10 +1,12 @@
 package cli_test
 
 import (
+	"context"
 	"os/user"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/cli"
@@ -117,6 +119,25 @@ func TestIntents(t *testing.T) {
 		require.Equal(t, "a-2", intent.Key)
 		require.Equal(t, outbox.StatePending, intent.State)
 		require.NotContains(t, res.stdout, "duplicate")
+		require.NotContains(t, res.stdout, "sent_args", "nothing sent yet")
+
+		// What an attempt sent an upstream (its marker applied) is shown
+		// beside the intent.
+		_, err := bundle.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{bundle.schema, "outbox_intent"}.Sanitize()+
+			` SET sent_args = '{"attempt": 2, "arguments": {"body": "hi <!-- outbox:pk -->"}}' WHERE key = 'a-2'`)
+		require.NoError(t, err)
+		res = bundle.run(t, "intents", "show", "a-2", "--json")
+		require.Equal(t, 0, res.code, res.stderr)
+		shown := decode[struct {
+			outbox.Intent
+			SentArgs struct {
+				Attempt   int            `json:"attempt"`
+				Arguments map[string]any `json:"arguments"`
+			} `json:"sent_args"`
+		}](t, res.stdout)
+		require.Equal(t, "a-2", shown.Key)
+		require.Equal(t, 2, shown.SentArgs.Attempt)
+		require.Equal(t, "hi <!-- outbox:pk -->", shown.SentArgs.Arguments["body"])
 
 		res = bundle.run(t, "intents", "show", "missing")
 		require.Equal(t, 1, res.code)

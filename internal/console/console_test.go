@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -362,6 +363,23 @@ func TestResolve(t *testing.T) {
 	require.Contains(t, page.body, "refund_v2")
 	require.Contains(t, page.body, "[redacted]")
 	require.Contains(t, page.body, "outcome_lost")
+	require.NotContains(t, page.body, "Sent to the upstream", "an effect that sends its args as they are records none")
+
+	// What an upstream received (the marker applied) is on the page: in
+	// full for an operator, who resolves the call by it, redacted for a
+	// reader.
+	_, err := b.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{b.schema, "outbox_intent"}.Sanitize()+
+		` SET sent_args = '{"attempt": 1, "arguments": {"to": "ada@example.com", "body": "hi <!-- outbox:pk-1 -->"}}' WHERE key = 'lost-email'`)
+	require.NoError(t, err)
+	page = b.request(t, http.MethodGet, "/console/intents/alpha/lost-email", nil, operator)
+	require.Contains(t, page.body, "Sent to the upstream (attempt 1)")
+	require.Contains(t, page.body, "outbox:pk-1")
+	require.Contains(t, page.body, "ada@example.com")
+	page = b.request(t, http.MethodGet, "/console/intents/alpha/lost-email", nil, b.login(t, tokenReader))
+	require.Contains(t, page.body, "Sent to the upstream (attempt 1)")
+	require.NotContains(t, page.body, "outbox:pk-1")
+	require.NotContains(t, page.body, "ada@example.com")
+
 	queue := b.request(t, http.MethodGet, "/console/unknown", nil, operator)
 	require.Contains(t, queue.body, "lost-email")
 	require.NotContains(t, queue.body, "ada@example.com")

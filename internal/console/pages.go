@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/access"
 	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/redact"
 	"github.com/outbox-dev/outbox/outbox"
@@ -152,11 +153,18 @@ type intentView struct {
 	// recorded upstream call went to.
 	Upstream     string
 	UpstreamTool string
-	Jobs         []*job
-	Timeline     []event
-	RiverUIPath  string
-	ExpiresAt    *time.Time
-	CanCancel    bool
+	// SentArgs are the arguments the upstream received from the last
+	// attempt that recorded them (the marker and key_arg applied), and
+	// SentAttempt that attempt: in full for an operator, who resolves an
+	// unknown call by them, redacted as Args for anyone else.
+	SentArgs    string
+	SentAttempt int
+	SentInFull  bool
+	Jobs        []*job
+	Timeline    []event
+	RiverUIPath string
+	ExpiresAt   *time.Time
+	CanCancel   bool
 	// MCPClient names the MCP client that recorded the intent, and
 	// MCPTask its task id (docs/agents.md, "Tasks and approvals in the
 	// host"), for an intent recorded over MCP.
@@ -196,6 +204,17 @@ func (h *Handler) intent(w http.ResponseWriter, r *http.Request, p *principal) {
 		v.Guarantee = string(effects.GuaranteeOf(e, intent.Args))
 		if u, ok := e.(effects.UpstreamTooler); ok {
 			v.Upstream, v.UpstreamTool = u.UpstreamName(), u.UpstreamTool()
+		}
+	}
+	if sent, err := h.db.sentArgs(r.Context(), intent.ID); err != nil {
+		h.renderOutboxError(w, r, p, err)
+		return
+	} else if sent != nil {
+		v.SentAttempt, v.SentInFull = sent.Attempt, p.role.Allows(access.RoleOperator)
+		if v.SentInFull {
+			v.SentArgs = indent(sent.Arguments)
+		} else {
+			v.SentArgs = redact.JSON(sent.Arguments)
 		}
 	}
 	if intent.State == outbox.StateAwaitingApproval {

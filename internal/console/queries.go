@@ -107,6 +107,16 @@ type job = intentdb.Job
 // jobs returns the River jobs that ran, or run, the intent's attempts: its
 // current job, any job of its own, and the batches that held it, each with
 // the output of the intent's own (batchOutput).
+// sentArgs returns what the last attempt of intent id that recorded them
+// sent its provider, nil when none did.
+func (q *queries) sentArgs(ctx context.Context, id int64) (*intentdb.SentArgs, error) {
+	sent, err := q.queries.SentArgsOf(ctx, q.pool, id)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the intent's sent arguments: %w", err)
+	}
+	return sent, nil
+}
+
 func (q *queries) jobs(ctx context.Context, intentID int64, jobID *int64) ([]*job, error) {
 	jobs, err := q.queries.Jobs(ctx, q.pool, intentID, jobID)
 	if err != nil {

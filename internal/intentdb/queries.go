@@ -33,6 +33,7 @@ type Queries struct {
 	sqlStateKey, sqlRequestedHost, sqlUseState, sqlStatesUsed                                 string
 	sqlCheckpoint, sqlSetCheckpoint, sqlRequestCancel, sqlCancelRequested                     string
 	sqlRecordUpstreamLock, sqlUpstreamLocks                                                   string
+	sqlSentArgs, sqlSetSentArgs                                                               string
 }
 
 // statements are the long statements, each in a file of its own beside
@@ -83,6 +84,7 @@ func New(schema string) *Queries {
 	q.renderHostApproval(r)
 	q.renderCheckpoint(r)
 	q.renderUpstreamLock(r)
+	q.renderSentArgs(r)
 	return q
 }
 

@@ -349,6 +349,14 @@ func (w *IntentWorker) work(ctx context.Context, job jobRef) error {
 			return w.store.queries.CancelRequested(ctx, w.store.pool, c.ID)
 		}
 	}
+	if r, ok := effect.(effects.SentArgsRecorder); ok && r.RecordsSentArgs() {
+		req.RecordSentFunc = func(ctx context.Context, args json.RawMessage) error {
+			// Recorded before the request is written, outside the finish:
+			// an attempt that dies mid-call leaves what it sent on the
+			// intent it leaves unknown.
+			return w.store.queries.SetSentArgs(ctx, w.store.pool, c.ID, c.Attempt, args)
+		}
+	}
 	callCtx, cancel := context.WithTimeout(ctx, w.effectTimeout)
 	start := time.Now()
 	result, err := effect.Execute(callCtx, req)

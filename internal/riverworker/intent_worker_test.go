@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/internal/intentdb"
 	"github.com/outbox-dev/outbox/internal/riverworker"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/internal/testfactory"
@@ -921,4 +922,75 @@ func TestIntentWorkerReservesBeforeClaim(t *testing.T) {
 	got, err := client.Get(ctx, "", "r")
 	require.NoError(t, err)
 	require.Equal(t, outbox.StateSucceeded, got.State)
+}
+
+// sentArgsEffect is an always-claimed testEffect whose provider receives
+// other arguments than the intent's, which it records before its call (as
+// an MCP upstream tool applies its marker and key_arg).
+type sentArgsEffect struct{ *testEffect }
+
+func (e *sentArgsEffect) AlwaysClaim() bool     { return true }
+func (e *sentArgsEffect) RecordsSentArgs() bool { return true }
+
+var _ effects.SentArgsRecorder = (*sentArgsEffect)(nil)
+
+// An attempt's sent arguments are on the intent before its call, and stay
+// there when its outcome is lost (the intent ends unknown): what an
+// operator resolving it reads. A stale attempt cannot record them.
+func TestIntentWorkerRecordsSentArgs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.MigratedSchema(t)
+	effect := &sentArgsEffect{testEffect: &testEffect{guarantee: effects.GuaranteeAtMostOnce, acted: map[string]int{}}}
+	queries := intentdb.New(schema)
+	var (
+		before    *intentdb.SentArgs
+		staleErr  error
+		beforeErr error
+	)
+	effect.execute = func(ctx context.Context, req *effects.Request, act func()) (json.RawMessage, error) {
+		if req.RecordSentFunc == nil {
+			return nil, errors.New("no RecordSentFunc")
+		}
+		if err := req.RecordSentFunc(ctx, json.RawMessage(`{"k":"`+req.ProviderKey+`","marker":"<!-- outbox -->"}`)); err != nil {
+			return nil, err
+		}
+		before, beforeErr = queries.SentArgsOf(ctx, pool, req.IntentID)
+		staleErr = queries.SetSentArgs(ctx, pool, req.IntentID, req.Attempt+1, json.RawMessage(`{}`))
+		act()
+		return nil, effects.Ambiguous("connection_lost", errors.New("the answer was lost"))
+	}
+	reg, err := effects.NewRegistry(effect)
+	require.NoError(t, err)
+	client, err := outbox.NewClient(pool, &outbox.Config{Effects: reg, Schema: schema})
+	require.NoError(t, err)
+	worker, err := riverworker.NewIntentWorker(pool, &riverworker.IntentWorkerConfig{Effects: reg, Schema: schema})
+	require.NoError(t, err)
+	worker.Start()
+	defer worker.Stop()
+
+	res, err := client.EnqueueTx(ctx, pool, &outbox.EnqueueParams{Key: "sent", Effect: "test", Args: map[string]any{"k": "caller's"}})
+	require.NoError(t, err)
+	job := &river.Job[workers.IntentArgs]{
+		JobRow: &rivertype.JobRow{ID: res.Intent.ID, Attempt: 1, MaxAttempts: worker.MaxAttempts(), Queue: "test"},
+		Args:   workers.IntentArgs{IntentID: res.Intent.ID},
+	}
+	_ = worker.Work(ctx, job)
+	require.NoError(t, beforeErr)
+	require.NotNil(t, before, "recorded before the call")
+	require.Equal(t, 1, before.Attempt)
+	require.ErrorIs(t, staleErr, intentdb.ErrSentArgsFenced, "only the attempt holding the claim records")
+
+	got, err := client.Get(ctx, "", "sent")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StateUnknown, got.State)
+	sent, err := queries.SentArgsOf(ctx, pool, got.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, sent.Attempt)
+	require.JSONEq(t, `{"k":"`+got.ProviderKey+`","marker":"<!-- outbox -->"}`, string(sent.Arguments))
+
+	// An intent of an effect that sends its args as they are has none.
+	none, err := queries.SentArgsOf(ctx, pool, got.ID+1000)
+	require.NoError(t, err)
+	require.Nil(t, none)
 }

@@ -452,11 +452,17 @@ func (d *ToolDecl) checkAgainst(schema json.RawMessage) error {
 		}
 	}
 	if d.lookup != nil {
+		var phs []*effectfile.Placeholder
+		field := "lookup.args"
 		for _, t := range d.lookup.argT {
-			for _, ph := range t.Placeholders() {
-				if ph.Kind == effectfile.KindArgs && len(ph.Path) > 0 && !slices.Contains(m.Required, ph.Path[0]) {
-					return fmt.Errorf("lookup.args: %s is not a required argument of the tool: a call without it could not be looked up", ph.Text)
-				}
+			phs = append(phs, t.Placeholders()...)
+		}
+		if d.lookup.http != nil {
+			phs, field = d.lookup.http.Placeholders(), "lookup"
+		}
+		for _, ph := range phs {
+			if ph.Kind == effectfile.KindArgs && len(ph.Path) > 0 && !slices.Contains(m.Required, ph.Path[0]) {
+				return fmt.Errorf("%s: %s is not a required argument of the tool: a call without it could not be looked up", field, ph.Text)
 			}
 		}
 	}

@@ -38,6 +38,9 @@ const (
 	CodeUpstreamDrift         = "upstream_drift"
 	CodeUpstreamToolMissing   = "upstream_tool_missing"
 	CodeUpstreamHTTPError     = "upstream_http_error"
+	// CodeSentArgsUnrecorded is a call not sent because the arguments it
+	// would send could not be recorded on its intent first.
+	CodeSentArgsUnrecorded = "sent_args_unrecorded"
 )
 
 // tracerName names the tracer of upstream calls' spans: the package, as
@@ -61,6 +64,7 @@ var (
 	_ effects.Reconciler          = (*Tool)(nil)
 	_ effects.RequestReconciler   = (*Tool)(nil)
 	_ effects.Reserver            = (*Tool)(nil)
+	_ effects.SentArgsRecorder    = (*Tool)(nil)
 	_ effects.ToolNamer           = (*Tool)(nil)
 	_ effects.UpstreamTooler      = (*Tool)(nil)
 )
@@ -292,6 +296,32 @@ func (t *Tool) callArgs(args json.RawMessage, providerKey string) (map[string]an
 	return m, nil
 }
 
+// RecordsSentArgs implements effects.SentArgsRecorder: the upstream
+// receives the caller's arguments with the marker and key_arg applied,
+// which each attempt records before its call.
+func (t *Tool) RecordsSentArgs() bool { return true }
+
+// recordSent records args, scrubbed of the upstream's secrets, as what
+// req's attempt sends: before the call, so that an attempt that dies
+// mid-call leaves them on its intent. Not recorded, the call is not sent.
+func (t *Tool) recordSent(ctx context.Context, req *effects.Request, args map[string]any) error {
+	if req.RecordSentFunc == nil {
+		return nil
+	}
+	scrubbed, _, err := t.conn.u.scrubJSON(args)
+	var raw []byte
+	if err == nil {
+		raw, err = effectfile.MarshalJSON(scrubbed)
+	}
+	if err == nil {
+		err = req.RecordSentFunc(ctx, raw)
+	}
+	if err != nil {
+		return effects.NotSent(CodeSentArgsUnrecorded, fmt.Errorf("upstream %s tool %s: not called: the arguments to send could not be recorded on the intent: %w", t.conn.u.name, t.locked.Name, err))
+	}
+	return nil
+}
+
 // Reserve implements effects.Reserver: a call slot and a session of the
 // tool's upstream (the child started, or the HTTP session opened), taken
 // before the worker claims the intent, for the attempt's look-up and call.
@@ -323,6 +353,11 @@ func (t *Tool) Execute(ctx context.Context, req *effects.Request) (json.RawMessa
 			outcome = string(class) + ":" + code
 		}
 		return result, err
+	}
+	if err := t.recordSent(ctx, req, args); err != nil {
+		class, code := effects.Classify(err)
+		outcome = string(class) + ":" + code
+		return nil, err
 	}
 	callCtx, slot := withTaskSlot(ctx)
 	res, rpcErr, err := t.conn.call(callCtx, t.locked.Name, args, t.guarantee)
@@ -664,6 +699,9 @@ const pingTimeout = 2 * time.Second
 // counts only settle after the intent's last possible send.
 func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdAt time.Time) (json.RawMessage, bool, error) {
 	d := t.decl.lookup
+	if d.http != nil {
+		return t.lookupHTTP(ctx, req, createdAt)
+	}
 	failed := func(format string, args ...any) error {
 		return fmt.Errorf("lookup_failed: upstream %s tool %s: look-up through %s: %s", t.conn.u.name, t.locked.Name, d.tool, t.conn.u.scrub(fmt.Sprintf(format, args...)))
 	}
@@ -752,33 +790,47 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 		return raw, err == nil, err
 	}
 	if !found {
-		// An upstream whose reads lag its writes: "not found" counts only
-		// once settle passed since the last attempt that may have sent
-		// ended, whenever it was sent (after an approval, a backlog,
-		// not_sent retries). Without that attempt's end, the intent's
-		// creation plus the call's timeout bounds a first attempt's send.
-		var since time.Duration
-		switch {
-		case !req.LastAttemptEnd.IsZero():
-			since = time.Since(req.LastAttemptEnd)
-		case !createdAt.IsZero():
-			since = time.Since(createdAt) - t.conn.u.timeout
-		default:
-			since = t.decl.settle
-		}
-		if t.decl.settle > 0 && since < t.decl.settle {
-			return nil, false, failed("not found yet; settling for %s", t.decl.settle)
-		}
-		return nil, false, nil
+		return nil, false, t.notFound(req, createdAt, failed)
 	}
-	out := storedResult{Reconciled: true, StructuredContent: foundItem}
-	if len(d.result) > 0 {
-		picked, err := effectfile.Extract(d.result, foundItem)
+	return t.found(foundItem, d.result, failed)
+}
+
+// notFound is a look-up's "not found": nil once it counts, else a
+// lookup_failed error from failed. For an upstream whose reads lag its
+// writes, "not found" counts only once settle passed since the last
+// attempt that may have sent ended, whenever it was sent (after an
+// approval, a backlog, not_sent retries). Without that attempt's end, the
+// intent's creation plus the call's timeout bounds a first attempt's send.
+func (t *Tool) notFound(req *effects.Request, createdAt time.Time, failed func(string, ...any) error) error {
+	var since time.Duration
+	switch {
+	case !req.LastAttemptEnd.IsZero():
+		since = time.Since(req.LastAttemptEnd)
+	case !createdAt.IsZero():
+		since = time.Since(createdAt) - t.conn.u.timeout
+	default:
+		since = t.decl.settle
+	}
+	if t.decl.settle > 0 && since < t.decl.settle {
+		return failed("not found yet; settling for %s", t.decl.settle)
+	}
+	return nil
+}
+
+// found is the stored result of a look-up that found the call: item (the
+// matched item, or the answer), or the members result picks from it,
+// scrubbed.
+func (t *Tool) found(item any, result []effectfile.ResultField, failed func(string, ...any) error) (json.RawMessage, bool, error) {
+	out := storedResult{Reconciled: true, StructuredContent: item}
+	if len(result) > 0 {
+		picked, err := effectfile.Extract(result, item)
 		if err != nil {
 			return nil, false, failed("%v", err)
 		}
+		dec := json.NewDecoder(bytes.NewReader(picked))
+		dec.UseNumber()
 		var v any
-		_ = json.Unmarshal(picked, &v)
+		_ = dec.Decode(&v)
 		out.StructuredContent = v
 	}
 	scrubbed, text, err := t.conn.u.scrubJSON(out.StructuredContent)
@@ -792,6 +844,24 @@ func (t *Tool) LookupRequest(ctx context.Context, req *effects.Request, createdA
 	}
 	raw, err := json.Marshal(out)
 	return raw, err == nil, err
+}
+
+// lookupHTTP is LookupRequest for an HTTP look-up: the request declared
+// as a declared HTTP effect's look-up, read the same way, with the same
+// settle and stored result as a look-up through a tool.
+func (t *Tool) lookupHTTP(ctx context.Context, req *effects.Request, createdAt time.Time) (json.RawMessage, bool, error) {
+	h := t.decl.lookup.http
+	failed := func(format string, args ...any) error {
+		return fmt.Errorf("lookup_failed: upstream %s tool %s: look-up at %s: %s", t.conn.u.name, t.locked.Name, h.URLTemplate(), t.conn.u.scrub(fmt.Sprintf(format, args...)))
+	}
+	item, found, err := h.Find(ctx, req, createdAt)
+	switch {
+	case err != nil:
+		return nil, false, errors.New(t.conn.u.scrub(err.Error()))
+	case !found:
+		return nil, false, t.notFound(req, createdAt, failed)
+	}
+	return t.found(item, h.Result(), failed)
 }
 
 // Lookup implements effects.Reconciler; the worker prefers LookupRequest,

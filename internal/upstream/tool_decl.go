@@ -8,6 +8,7 @@ import (
 	"github.com/google/cel-go/cel"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
@@ -145,7 +146,7 @@ func (l *loader) upstreamTool(u *Upstream, name string, v any) (*ToolDecl, error
 		if !ok {
 			return nil, fail("lookup", "required for a reconcilable tool: how to ask the upstream whether the call acted")
 		}
-		if td.lookup, err = l.upstreamLookup(lv, func(f, format string, args ...any) error {
+		if td.lookup, err = l.upstreamLookup(u.name+"_"+name, lv, func(f, format string, args ...any) error {
 			return fail(strings.TrimSuffix("lookup."+f, "."), format, args...)
 		}); err != nil {
 			return nil, err
@@ -236,14 +237,24 @@ func (d *markerDecl) render(providerKey string) string {
 	return s
 }
 
-// upstreamLookup checks a look-up through an upstream tool.
-func (l *loader) upstreamLookup(v any, fail func(string, string, ...any) error) (*upstreamLookup, error) {
+// upstreamLookup checks a look-up of the tool named name: through a
+// pass-through tool of the upstream, or an HTTP request.
+func (l *loader) upstreamLookup(name string, v any, fail func(string, string, ...any) error) (*upstreamLookup, error) {
 	m, ok := v.(effectfile.Map)
 	if !ok {
 		return nil, fail("", "must be a mapping")
 	}
 	if _, ok := m.Get("url"); ok {
-		return nil, fail("url", "an HTTP look-up for an upstream tool is not supported yet: look up through a pass-through tool of the upstream (tool and args)")
+		// An HTTP API that reads what the upstream wrote, declared as a
+		// declared HTTP effect's look-up.
+		if _, ok := m.Get("tool"); ok {
+			return nil, fail("tool", "a look-up is either a tool of the upstream (tool and args) or an HTTP request (url), not both")
+		}
+		h, err := declared.ParseHTTPLookup(name, m, l.cfg, fail)
+		if err != nil {
+			return nil, err
+		}
+		return &upstreamLookup{http: h}, nil
 	}
 	for _, kv := range m {
 		if !slices.Contains(upstreamLookupFields, kv.Key) {

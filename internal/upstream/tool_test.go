@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -298,4 +300,212 @@ func TestUpstreamSettleFromLastAttempt(t *testing.T) {
 	req.LastAttemptEnd = time.Time{}
 	_, _, err = tool.LookupRequest(context.Background(), req, time.Now())
 	require.ErrorContains(t, err, "settling")
+}
+
+// An attempt records the arguments it sends (the marker and key_arg
+// applied, the upstream's secrets scrubbed) before its call, and a call
+// whose arguments could not be recorded is not sent: an operator
+// resolving an unknown intent reads exactly what the upstream received.
+func TestUpstreamRecordsSentArgs(t *testing.T) {
+	t.Parallel()
+	const secret = "tok-sent-args-secret-9876"
+	var (
+		mu         sync.Mutex
+		recorded   json.RawMessage
+		calls      []string
+		mismatches []string
+	)
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		require.Empty(t, mismatches, "a call received other arguments than those recorded before it")
+	})
+	srv := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	for _, name := range []string{"create_note", "send"} {
+		srv.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object","properties":{"body":{"type":"string"},"idempotencyKey":{"type":"string"}}}`)},
+			func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				// What was recorded before this call is what it received.
+				var got, want any
+				_ = json.Unmarshal([]byte(strings.ReplaceAll(string(req.Params.Arguments), secret, "[redacted]")), &got)
+				_ = json.Unmarshal(recorded, &want)
+				if !reflect.DeepEqual(got, want) {
+					mismatches = append(mismatches, string(req.Params.Arguments)+" != "+string(recorded))
+				}
+				calls = append(calls, name)
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
+			})
+	}
+	srv.AddTool(&mcp.Tool{Name: "list", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "[]"}}}, nil
+		})
+	url := serveHTTP(t, srv)
+	file := `upstreams:
+  up:
+    url: "{env.URL}"
+    headers: {Authorization: "Bearer {env.TOKEN}"}
+    connect_timeout: 5s
+    tools:
+      create_note:
+        guarantee: reconcilable
+        marker: {arg: body, append: " <!-- {provider_key} -->"}
+        lookup: {tool: list, items: result.data, match: item.contains(provider_key)}
+      send: {guarantee: deduplicated, key_arg: idempotencyKey, dedupe_window: 1h}
+`
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
+		switch n {
+		case "URL":
+			return url, true
+		case "TOKEN":
+			return secret, true
+		}
+		return "", false
+	}})
+	require.NoError(t, err)
+	u := f.Upstreams[0]
+	conn := upstream.NewConn(u, nil)
+	server, listed, err := conn.ListTools(context.Background())
+	conn.Close()
+	require.NoError(t, err)
+	entry, problems := u.Pin(server, listed, nil)
+	require.Empty(t, problems)
+	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}, &upstream.BindConfig{})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+
+	record := func(_ context.Context, args json.RawMessage) error {
+		mu.Lock()
+		defer mu.Unlock()
+		recorded = args
+		return nil
+	}
+
+	t.Run("MarkerApplied", func(t *testing.T) {
+		tool := recordedTool(t, c, "up_create_note")
+		require.Implements(t, (*effects.SentArgsRecorder)(nil), tool)
+		_, err := tool.Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{"body":"hello ` + secret + `"}`),
+			ProviderKey: "pk-sent-1", RecordSentFunc: record})
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Contains(t, string(recorded), "hello [redacted] <!-- pk-sent-1 -->", "the marker applied, the secret scrubbed")
+		require.NotContains(t, string(recorded), secret)
+	})
+
+	t.Run("KeyArgSet", func(t *testing.T) {
+		_, err := recordedTool(t, c, "up_send").Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{"body":"hi"}`),
+			ProviderKey: "pk-sent-2", RecordSentFunc: record})
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		require.JSONEq(t, `{"body":"hi","idempotencyKey":"pk-sent-2"}`, string(recorded))
+	})
+
+	t.Run("NotRecordedIsNotSent", func(t *testing.T) {
+		mu.Lock()
+		before := len(calls)
+		mu.Unlock()
+		_, err := recordedTool(t, c, "up_send").Execute(context.Background(), &effects.Request{Args: json.RawMessage(`{"body":"no"}`),
+			ProviderKey: "pk-sent-3", RecordSentFunc: func(context.Context, json.RawMessage) error { return errors.New("database down") }})
+		class, code := effects.Classify(err)
+		require.Equal(t, effects.ClassNotSent, class)
+		require.Equal(t, upstream.CodeSentArgsUnrecorded, code)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, calls, before, "never called")
+	})
+}
+
+// A reconcilable upstream tool's look-up may be an HTTP request, declared
+// as a declared HTTP effect's: checked at load and against the lock, sent
+// at reconcile to a real HTTP API, read by items and match, never "not
+// found" on a failed answer, its stored result scrubbed of its secrets.
+func TestUpstreamHTTPLookup(t *testing.T) {
+	t.Parallel()
+	const apiToken = "api-token-secret-value-42"
+	notes := &notesServer{}
+	var apiFails atomic.Bool
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+apiToken || r.URL.Path != "/notes" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		if apiFails.Load() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		notes.mu.Lock()
+		defer notes.mu.Unlock()
+		items := []map[string]any{}
+		for i, body := range notes.notes {
+			if strings.Contains(body, r.URL.Query().Get("q")) {
+				// An answer that echoes the look-up's secret: scrubbed.
+				items = append(items, map[string]any{"id": i + 1, "body": body, "seen_with": apiToken})
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"notes": items})
+	}))
+	t.Cleanup(api.Close)
+	file := `upstreams:
+  notes:
+    url: "{env.URL}"
+    connect_timeout: 5s
+    tools:
+      create_note:
+        guarantee: reconcilable
+        marker: {arg: body, append: " <!-- {provider_key} -->"}
+        lookup:
+          url: "{env.API}/notes?q={provider_key}"
+          headers: {Authorization: "Bearer {env.API_TOKEN}"}
+          items: body.notes
+          match: item.body.contains(provider_key)
+`
+	mcpURL := serveHTTP(t, notes.server())
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
+		switch n {
+		case "URL":
+			return mcpURL, true
+		case "API":
+			return api.URL, true
+		case "API_TOKEN":
+			return apiToken, true
+		}
+		return "", false
+	}})
+	require.NoError(t, err)
+	u := f.Upstreams[0]
+	conn := upstream.NewConn(u, nil)
+	server, listed, err := conn.ListTools(context.Background())
+	conn.Close()
+	require.NoError(t, err)
+	entry, problems := u.Pin(server, listed, nil)
+	require.Empty(t, problems, "an HTTP look-up needs no tool of the upstream")
+	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"notes": entry}}, &upstream.BindConfig{})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	tool := recordedTool(t, c, "notes_create_note")
+	req := &effects.Request{Args: json.RawMessage(`{"body":"hello"}`), ProviderKey: "pk-http-1"}
+
+	_, found, err := tool.LookupRequest(context.Background(), req, time.Now())
+	require.NoError(t, err)
+	require.False(t, found, "nothing written yet")
+
+	_, err = tool.Execute(context.Background(), req)
+	require.NoError(t, err)
+	result, found, err := tool.LookupRequest(context.Background(), req, time.Now())
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Contains(t, string(result), `"reconciled":true`)
+	require.Contains(t, string(result), `"id":1`)
+	require.NotContains(t, string(result), apiToken, "the look-up's secret is scrubbed")
+
+	apiFails.Store(true)
+	_, found, err = tool.LookupRequest(context.Background(), req, time.Now())
+	require.False(t, found)
+	require.ErrorContains(t, err, "lookup_failed", "a failed answer is never \"not found\"")
+	require.NotContains(t, err.Error(), apiToken)
+	require.NotContains(t, err.Error(), api.URL, "errors show the template")
 }

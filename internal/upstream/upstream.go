@@ -13,6 +13,7 @@ import (
 	"github.com/gowebpki/jcs"
 
 	"github.com/outbox-dev/outbox/effects"
+	"github.com/outbox-dev/outbox/effects/declared"
 	"github.com/outbox-dev/outbox/internal/effectfile"
 )
 
@@ -147,9 +148,10 @@ type markerDecl struct {
 	text    *effectfile.Template
 }
 
-// upstreamLookup asks the upstream, through one of its pass-through tools,
-// whether a recorded call acted.
+// upstreamLookup asks whether a recorded call acted: the upstream, through
+// one of its pass-through tools (tool), or an HTTP API (http).
 type upstreamLookup struct {
+	http    *declared.HTTPLookup
 	tool    string
 	args    []effectfile.KV // name -> *template
 	argT    map[string]*effectfile.Template

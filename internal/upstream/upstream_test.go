@@ -59,6 +59,16 @@ func TestUpstreamsRefused(t *testing.T) {
 		{"UnknownField", head + "    retries: 3\n", "upstream gh: retries: unknown field"},
 		{"LookupArgFromEnv", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"{provider_key}\"}\n        lookup: {tool: l, args: {token: \"{env.TOKEN}\"}, items: result.data, match: item.body.contains(provider_key)}\n",
 			"upstream gh: tools.create_issue.lookup.args.token"},
+		{"HTTPLookupAndTool", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"{provider_key}\"}\n        lookup: {tool: l, url: \"{env.MCP_URL}/issues?q={provider_key}\", items: body, match: item.body.contains(provider_key)}\n",
+			"upstream gh: tools.create_issue.lookup.tool: a look-up is either"},
+		{"HTTPLookupWithoutKey", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"{provider_key}\"}\n        lookup: {url: \"{env.MCP_URL}/issues\", found: status == 200, missing: status == 404}\n",
+			"upstream gh: tools.create_issue.lookup: a look-up must use {provider_key}"},
+		{"HTTPLookupUnknownField", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"{provider_key}\"}\n        lookup: {url: \"{env.MCP_URL}/issues/{provider_key}\", args: {a: b}, found: status == 200, missing: status == 404}\n",
+			"upstream gh: tools.create_issue.lookup.args: unknown field"},
+		{"HTTPLookupPlainHTTP", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"{provider_key}\"}\n        lookup: {url: \"http://api.example.com/issues/{provider_key}\", found: status == 200, missing: status == 404}\n",
+			"upstream gh: tools.create_issue.lookup.url: "},
+		{"HTTPLookupMissingVariable", head + "    tools:\n      create_issue:\n        guarantee: reconcilable\n        marker: {arg: body, append: \"{provider_key}\"}\n        lookup: {url: \"{env.NOPE}/issues/{provider_key}\", found: status == 200, missing: status == 404}\n",
+			"upstream gh: tools.create_issue.lookup: the environment variable NOPE is not set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
