@@ -20,7 +20,7 @@ func TestMigrate(t *testing.T) {
 		res := bundle.run(t, "migrate", "status")
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Regexp(t, `(?m)^river   current (\d+) latest (\d+)$`, res.stdout)
-		require.Contains(t, res.stdout, "outbox  current 019 latest 019\n")
+		require.Contains(t, res.stdout, "outbox  current 020 latest 020\n")
 		require.Contains(t, res.stdout, "\nup to date\n")
 	})
 
@@ -80,12 +80,12 @@ func TestMigrate(t *testing.T) {
 		res := runEnv(t, env, nil, "migrate", "status")
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Contains(t, res.stdout, "river   current 000")
-		require.Contains(t, res.stdout, "outbox  current 000 latest 019\n")
+		require.Contains(t, res.stdout, "outbox  current 000 latest 020\n")
 		require.Contains(t, res.stdout, "\npending migrations\n")
 
 		res = runEnv(t, env, nil, "migrate", "up")
 		require.Equal(t, 0, res.code, res.stderr)
-		require.Regexp(t, `^(applied river \d{3} .+\n)+applied outbox 001 intents\napplied outbox 002 self_healing\napplied outbox 003 model_key_guard\napplied outbox 004 audit\napplied outbox 005 least_privilege\napplied outbox 006 approvals\napplied outbox 007 cheaper_insert\napplied outbox 008 checks_in_trigger\napplied outbox 009 enqueued_by\napplied outbox 010 process_liveness\napplied outbox 011 declaration_sha256\napplied outbox 012 noop_effect_out\napplied outbox 013 intent_traceparent\napplied outbox 014 hot_intent\napplied outbox 015 hot_intent_indexes\napplied outbox 016 mcp_host_approval\napplied outbox 017 intent_checkpoint\napplied outbox 018 upstream_lock\napplied outbox 019 sent_args\n$`, res.stdout)
+		require.Regexp(t, `^(applied river \d{3} .+\n)+applied outbox 001 intents\napplied outbox 002 self_healing\napplied outbox 003 model_key_guard\napplied outbox 004 audit\napplied outbox 005 least_privilege\napplied outbox 006 approvals\napplied outbox 007 cheaper_insert\napplied outbox 008 checks_in_trigger\napplied outbox 009 enqueued_by\napplied outbox 010 process_liveness\napplied outbox 011 declaration_sha256\napplied outbox 012 noop_effect_out\napplied outbox 013 intent_traceparent\napplied outbox 014 hot_intent\napplied outbox 015 hot_intent_indexes\napplied outbox 016 mcp_host_approval\napplied outbox 017 intent_checkpoint\napplied outbox 018 upstream_lock\napplied outbox 019 sent_args\napplied outbox 020 cancel_request\n$`, res.stdout)
 		riverApplied := len(regexp.MustCompile(`(?m)^applied river`).FindAllString(res.stdout, -1))
 
 		res = runEnv(t, env, nil, "migrate", "up")
@@ -95,7 +95,7 @@ func TestMigrate(t *testing.T) {
 		res = runEnv(t, env, nil, "migrate", "status")
 		require.Contains(t, res.stdout, "\nup to date\n")
 
-		for _, m := range []string{"019 sent_args", "018 upstream_lock", "017 intent_checkpoint", "016 mcp_host_approval", "015 hot_intent_indexes", "014 hot_intent", "013 intent_traceparent", "012 noop_effect_out", "011 declaration_sha256", "010 process_liveness", "009 enqueued_by", "008 checks_in_trigger"} {
+		for _, m := range []string{"020 cancel_request", "019 sent_args", "018 upstream_lock", "017 intent_checkpoint", "016 mcp_host_approval", "015 hot_intent_indexes", "014 hot_intent", "013 intent_traceparent", "012 noop_effect_out", "011 declaration_sha256", "010 process_liveness", "009 enqueued_by", "008 checks_in_trigger"} {
 			res = runEnv(t, env, nil, "migrate", "down")
 			require.Equal(t, 0, res.code, res.stderr)
 			require.Equal(t, "reverted outbox "+m+"\n", res.stdout)
@@ -134,7 +134,7 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, "nothing to revert\n", res.stdout)
 
 		res = runEnv(t, env, nil, "migrate", "status")
-		require.Contains(t, res.stdout, "outbox  current 000 latest 019\n")
+		require.Contains(t, res.stdout, "outbox  current 000 latest 020\n")
 		require.Contains(t, res.stdout, "\npending migrations\n")
 
 		res = runEnv(t, env, nil, "migrate", "status", "--json")

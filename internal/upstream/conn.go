@@ -82,7 +82,9 @@ type member struct {
 	gone     bool // the session ended: the next call connects anew
 	failures int
 	retryAt  time.Time
-	tempDir  string
+	// lastErr is the last connect failure, scrubbed of secrets.
+	lastErr string
+	tempDir string
 	// cmd is the member's latest child (stdio), whose process group is
 	// stopped once the child is gone.
 	cmd *exec.Cmd
@@ -209,7 +211,9 @@ func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		return m.session, nil
 	}
 	if wait := time.Until(m.retryAt); wait > 0 {
-		return nil, fmt.Errorf("%w: reconnecting in %s after %d failures", errUnavailable, wait.Round(time.Millisecond), m.failures)
+		// The last failure is named: a call refused in the backoff tells
+		// as much as the one that failed.
+		return nil, fmt.Errorf("%w: reconnecting in %s after %d failures, the last: %s", errUnavailable, wait.Round(time.Millisecond), m.failures, m.lastErr)
 	}
 	s, err := m.conn.dial(ctx, m)
 	if err == nil && m.conn.onSession != nil {
@@ -223,7 +227,8 @@ func (m *member) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		m.failures++
 		backoff := min(upstreamBackoffMin<<min(m.failures-1, 6), upstreamBackoffMax)
 		m.retryAt = time.Now().Add(backoff)
-		return nil, fmt.Errorf("%w: %s", errUnavailable, m.conn.u.scrub(err.Error()))
+		m.lastErr = m.conn.u.scrub(err.Error())
+		return nil, fmt.Errorf("%w: %s", errUnavailable, m.lastErr)
 	}
 	m.failures, m.retryAt = 0, time.Time{}
 	m.session, m.gone = s, false
