@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -255,7 +256,14 @@ func (a *app) writeShown(ctx context.Context, pool *pgxpool.Pool, cfg *Config, i
 	if err != nil {
 		return unmigrated(cfg, fmt.Errorf("error reading intent %s's sent arguments: %w", intent.Key, err))
 	}
-	return writeJSON(a.stdout, &shownIntent{Intent: intent, SentArgs: sent})
+	if err := writeJSON(a.stdout, &shownIntent{Intent: intent, SentArgs: sent}); err != nil {
+		return err
+	}
+	if cfg.PublicURL != "" {
+		// Where an operator sees (and decides) it in a browser.
+		fmt.Fprintf(a.stderr, "console: %s/console/intents/%s/%s\n", strings.TrimRight(cfg.PublicURL, "/"), url.PathEscape(intent.Namespace), url.PathEscape(intent.Key))
+	}
+	return nil
 }
 
 func (a *app) intentsCancel(ctx context.Context, args []string) error {

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"maps"
 	"os/user"
 	"strings"
 	"testing"
@@ -138,6 +139,14 @@ func TestIntents(t *testing.T) {
 		require.Equal(t, "a-2", shown.Key)
 		require.Equal(t, 2, shown.SentArgs.Attempt)
 		require.Equal(t, "hi <!-- outbox:pk -->", shown.SentArgs.Arguments["body"])
+		require.NotContains(t, res.stderr, "console:", "no public URL, no link")
+
+		// With OUTBOX_PUBLIC_URL, the console's page of the intent.
+		env := maps.Clone(bundle.env)
+		env["OUTBOX_PUBLIC_URL"] = "https://outbox.example.com/"
+		res = runEnv(t, env, nil, "intents", "show", "a-2")
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Equal(t, "console: https://outbox.example.com/console/intents/default/a-2\n", res.stderr)
 
 		res = bundle.run(t, "intents", "show", "missing")
 		require.Equal(t, 1, res.code)
