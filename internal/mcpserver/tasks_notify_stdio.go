@@ -102,7 +102,7 @@ func (c *listenConn) serve(req *taskListenRequest) {
 		}()
 		l, jerr := c.s.openTaskListen(ctx, req)
 		if jerr != nil {
-			_ = c.Connection.Write(ctx, errorResponse(req.id, jerr)) // a closed connection has no one to tell
+			_ = c.Write(ctx, errorResponse(req.id, jerr)) // a closed connection has no one to tell
 			return
 		}
 		if err := l.run(ctx, connStream{c.Connection, ctx}); err != nil && ctx.Err() == nil {
