@@ -71,6 +71,7 @@ var tiers = map[string]string{
 	"TestUpstreams":                          tierCore,
 	"TestUpstreamsHTTP":                      tierCore,
 	"TestMCPTasksServe":                      tierCore,
+	"TestMCPHostApprovalTypeScriptSDK":       tierCore,
 	"TestUpstreamTasks":                      tierCore,
 	"TestUpstreamLateSend":                   tierCore,
 	"TestUpstreamRollout":                    tierCore,
