@@ -32,7 +32,10 @@ type taskUpstream struct {
 	cancelled map[string]bool      // task id -> cancelled by tasks/cancel
 	polls     atomic.Int64
 	cancels   atomic.Int64
-	sync      atomic.Int64 // calls answered without a task
+	// holdCancel keeps a cancelled task working until it is false again:
+	// the test decides when the upstream acts on a cancel.
+	holdCancel atomic.Bool
+	sync       atomic.Int64 // calls answered without a task
 }
 
 type taskUpstreamSlotKey struct{}
@@ -119,7 +122,7 @@ func startTaskUpstream(t *testing.T, delay time.Duration) (*taskUpstream, string
 		}
 		now := time.Now().UTC().Format(time.RFC3339)
 		r := &taskUpstreamResult{ResultType: "complete", TaskID: p.TaskID, Status: "working", CreatedAt: now, LastUpdatedAt: now, PollIntervalMs: 200}
-		if cancelled {
+		if cancelled && !u.holdCancel.Load() {
 			r.Status = "cancelled"
 		} else if time.Now().After(ready) {
 			r.Status = "completed"
@@ -208,12 +211,18 @@ func TestUpstreamTasks(t *testing.T) {
 			return n == 1
 		}, 30*time.Second, 20*time.Millisecond, "the upstream's task is recorded")
 
+		up.holdCancel.Store(true)
 		_, err = e.client.Cancel(ctx, &outbox.CancelParams{Key: "order-3", By: "operator:ana", Note: "wrong item"})
 		require.ErrorIs(t, err, outbox.ErrCancelRequested, "the upstream holds the work: the cancel is passed on")
 		// The command line says so too, and succeeds.
 		stdout, stderr, code := e.run("intents", "cancel", "order-3")
 		require.Equal(t, 0, code, "%s%s", stdout, stderr)
 		require.Contains(t, stdout+stderr, "passed to")
+		require.Eventually(t, func() bool { return up.cancels.Load() == 1 }, 30*time.Second, 20*time.Millisecond, "tasks/cancel reaches the upstream")
+		running, err := e.client.Get(ctx, "", "order-3")
+		require.NoError(t, err)
+		require.Equal(t, outbox.StateRunning, running.State, "the upstream has not stopped yet")
+		up.holdCancel.Store(false)
 
 		got := e.wait("order-3", 60*time.Second)
 		require.Equal(t, outbox.StateCancelled, got.State, "%+v", got.Error)
