@@ -589,6 +589,25 @@ func TestListGetCancelResolve(t *testing.T) {
 		require.ErrorIs(t, err, outbox.ErrInvalidArgs)
 	})
 
+	t.Run("GetByID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		res, err := b.client.Enqueue(ctx, &outbox.EnqueueParams{Namespace: "shop", Key: "k", Effect: "noop", Args: map[string]any{"n": 1}})
+		require.NoError(t, err)
+		got, err := b.client.GetByID(ctx, "shop", res.Intent.ID)
+		require.NoError(t, err)
+		byKey, err := b.client.Get(ctx, "shop", "k")
+		require.NoError(t, err)
+		require.Equal(t, byKey, got, "the same intent as Get reads, job kind included")
+		// Another namespace's intent, or none, is not found.
+		_, err = b.client.GetByID(ctx, "default", res.Intent.ID)
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+		_, err = b.client.GetByID(ctx, "shop", res.Intent.ID+1000)
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+		_, err = b.client.GetByID(ctx, "Not A Namespace!", res.Intent.ID)
+		require.ErrorIs(t, err, outbox.ErrInvalidKey)
+	})
+
 	// The rare states are listed from where only they are (migration 014:
 	// the unknown intents' table, kept by a trigger; the intents that
 	// awaited approval): an intent is listed while it is in the state, and

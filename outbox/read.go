@@ -42,6 +42,27 @@ func (c *Client) GetTx(ctx context.Context, tx Executor, namespace, key string) 
 	return intentFromRow(row), nil
 }
 
+// GetByID returns the intent whose Intent.ID is id, in namespace: one
+// look-up by primary key, for a caller that kept the id (an MCP task
+// names its intent by it). It returns ErrNotFound when there is none, or
+// when it belongs to another namespace.
+func (c *Client) GetByID(ctx context.Context, namespace string, id int64) (*Intent, error) {
+	if namespace == "" {
+		namespace = NamespaceDefault
+	}
+	if err := ValidateNamespace(namespace); err != nil {
+		return nil, err
+	}
+	row, err := c.queries.GetWhole(ctx, c.pool, namespace, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &Error{Code: CodeNotFound, Message: "no intent with this id"}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading intent: %w", err)
+	}
+	return intentFromRow(row), nil
+}
+
 // ListLimitDefault and ListLimitMax bound List's page size.
 const (
 	ListLimitDefault = 100

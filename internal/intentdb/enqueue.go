@@ -22,6 +22,7 @@ func (q *Queries) renderClient(r func(string) string) {
 	q.sqlEnqueueManyNew = r(statement("enqueue_many_new"))
 	q.sqlEnqueueManyFast = r(statement("enqueue_many_fast"))
 	q.sqlGet = r(statement("get"))
+	q.sqlGetWhole = r(`SELECT {{columns}}, {{job_kind}} FROM {{schema}}.outbox_intent i WHERE id = $1 AND namespace = $2`)
 	list := func(only string) string {
 		return r(strings.ReplaceAll(statement("list"), "{{only}}", only))
 	}

@@ -14,26 +14,26 @@ import (
 type Queries struct {
 	schema string
 
-	sqlEnqueueManyFast, sqlEnqueueManyNew                                                     string
-	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlList, sqlResolve       string
-	sqlSetOrigin, sqlListAwaiting, sqlListUnknown                                             string
-	sqlDrainCommit, sqlDrainFailInvalid, sqlDrainLock, sqlDrainOffset, sqlDrainQueue          string
-	sqlDrainSnapshot, sqlDrainStream                                                          string
-	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                     string
-	sqlCountByState, sqlCreatedAt, sqlPrune                                                   string
-	sqlRedispatch, sqlStranded, sqlUnserved                                                   string
-	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                   string
-	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced string
-	sqlRulesDelete, sqlRulesInsert, sqlRules, sqlRulesLock                                    string
-	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                 string
-	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                         string
-	sqlBrowse, sqlBrowseOldest, sqlInState, sqlInStateUnknown, sqlInStateAwaiting             string
-	sqlOverviewCounts, sqlOverviewLastHour, sqlJobs, sqlLeader, sqlLockAction                 string
-	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                            string
-	sqlStateKey, sqlRequestedHost, sqlUseState, sqlStatesUsed                                 string
-	sqlCheckpoint, sqlSetCheckpoint, sqlRequestCancel, sqlCancelRequested                     string
-	sqlRecordUpstreamLock, sqlUpstreamLocks                                                   string
-	sqlSentArgs, sqlSetSentArgs                                                               string
+	sqlEnqueueManyFast, sqlEnqueueManyNew                                                            string
+	sqlCancel, sqlEnqueue, sqlEnqueueMany, sqlEnqueueRetry, sqlGet, sqlGetWhole, sqlList, sqlResolve string
+	sqlSetOrigin, sqlListAwaiting, sqlListUnknown                                                    string
+	sqlDrainCommit, sqlDrainFailInvalid, sqlDrainLock, sqlDrainOffset, sqlDrainQueue                 string
+	sqlDrainSnapshot, sqlDrainStream                                                                 string
+	sqlClaim, sqlFinish, sqlMaybeSent, sqlRead, sqlStates                                            string
+	sqlCountByState, sqlCreatedAt, sqlPrune                                                          string
+	sqlRedispatch, sqlStranded, sqlUnserved                                                          string
+	sqlPruneRecentActions, sqlRecentAction, sqlRecordAction                                          string
+	sqlGetByID, sqlGetForUpdate, sqlApprove, sqlDeny, sqlExpire, sqlUnannounced, sqlAnnounced        string
+	sqlRulesDelete, sqlRulesInsert, sqlRules, sqlRulesLock                                           string
+	sqlBatchOwned, sqlBatchCurrent, sqlBatchLock, sqlBatchStates, sqlHandOver                        string
+	sqlRegister, sqlLock, sqlHeartbeat, sqlUnregister                                                string
+	sqlBrowse, sqlBrowseOldest, sqlInState, sqlInStateUnknown, sqlInStateAwaiting                    string
+	sqlOverviewCounts, sqlOverviewLastHour, sqlJobs, sqlLeader, sqlLockAction                        string
+	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                                   string
+	sqlStateKey, sqlRequestedHost, sqlUseState, sqlStatesUsed                                        string
+	sqlCheckpoint, sqlSetCheckpoint, sqlRequestCancel, sqlCancelRequested                            string
+	sqlRecordUpstreamLock, sqlUpstreamLocks                                                          string
+	sqlSentArgs, sqlSetSentArgs                                                                      string
 }
 
 // statements are the long statements, each in a file of its own beside
@@ -101,6 +101,19 @@ const batchNotified = `
 			  AND coalesce(nullif(current_setting('{{guc_notified}}', true), ''), '-infinity')::timestamptz
 			      <= clock_timestamp() - interval '{{notify_window}}'
 		`
+
+// GetWhole returns intent id of namespace as Get does (with its job's
+// kind), or pgx.ErrNoRows: one look-up by primary key, for a caller that
+// holds the id (an MCP task's).
+func (q *Queries) GetWhole(ctx context.Context, db Querier, namespace string, id int64) (*Row, error) {
+	var kind *string
+	r, err := scanRow(db.QueryRow(ctx, q.sqlGetWhole, id, namespace), &kind)
+	if err != nil {
+		return nil, err
+	}
+	r.JobKind = kind
+	return r, nil
+}
 
 // Get returns the intent (namespace, key), or pgx.ErrNoRows.
 func (q *Queries) Get(ctx context.Context, db Querier, namespace, key string) (*Row, error) {

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -476,22 +475,15 @@ func (s *server) taskIntent(ctx context.Context, keys *stateKeys, taskID string)
 	if !ok {
 		return nil, taskNotFound()
 	}
-	row, err := s.queries.GetByID(ctx, s.pool, id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	// The MAC binds the namespace already; the read checks it again.
+	intent, err := s.client.GetByID(ctx, s.namespace, id)
+	if errors.Is(err, outbox.ErrNotFound) {
 		return nil, taskNotFound()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error reading task: %w", err)
 	}
-	// The MAC binds the namespace already; checked again, cheaply.
-	if row.Namespace != s.namespace {
-		return nil, taskNotFound()
-	}
-	intent, err := s.client.Get(ctx, s.namespace, row.Key)
-	if errors.Is(err, outbox.ErrNotFound) {
-		return nil, taskNotFound()
-	}
-	return intent, err
+	return intent, nil
 }
 
 // toolOf returns the tool whose effect intent runs, for its result's
