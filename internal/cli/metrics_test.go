@@ -207,9 +207,18 @@ func TestServeMetrics(t *testing.T) {
 	// on the gauges' interval).
 	// The last intent may still be on its way to a job when the first
 	// scrape came: wait for the count rather than count on timing.
-	require.Eventually(t, func() bool {
-		return metricValue(scrape(t, srv.Addr), "outbox_intents_drained_total") == 7
-	}, 30*time.Second, 100*time.Millisecond, "the drain never counted the 7 intents")
+	// At least 7: an intent handed over again (the reconciler's repair of
+	// a job River lost under load) is counted again.
+	var drained float64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if drained = metricValue(scrape(t, srv.Addr), "outbox_intents_drained_total"); drained >= 7 {
+			break
+		}
+	}
+	require.GreaterOrEqual(t, drained, 7.0, "the drain never counted the 7 intents")
+	if drained != 7 {
+		t.Logf("outbox_intents_drained_total = %v: an intent was handed over again", drained)
+	}
 	require.Equal(t, (24 * time.Hour).Seconds(), metricValue(families, "outbox_approval_ttl_seconds"))
 	require.Equal(t, 0.0, metricValue(families, "outbox_oldest_awaiting_approval_age_seconds"))
 	require.Eventually(t, func() bool {
