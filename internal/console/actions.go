@@ -64,6 +64,9 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, p *principal) {
 		done = "cancelled"
 		_, err = h.client.Cancel(ctx, &outbox.CancelParams{By: by, Key: key, Namespace: namespace, Note: note})
 	}
+	if errors.Is(err, outbox.ErrCancelRequested) {
+		done, err = "cancel_requested", nil
+	}
 	if err != nil {
 		h.renderOutboxError(w, r, p, err)
 		return

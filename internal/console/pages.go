@@ -165,6 +165,9 @@ type intentView struct {
 	RiverUIPath string
 	ExpiresAt   *time.Time
 	CanCancel   bool
+	// ProviderTask is the task the provider holds the work as (an MCP
+	// upstream's): a cancel is then passed to it rather than applied here.
+	ProviderTask *intentdb.ProviderTask
 	// MCPClient names the MCP client that recorded the intent, and
 	// MCPTask its task id (docs/agents.md, "Tasks and approvals in the
 	// host"), for an intent recorded over MCP.
@@ -217,6 +220,19 @@ func (h *Handler) intent(w http.ResponseWriter, r *http.Request, p *principal) {
 			v.SentArgs = redact.JSON(sent.Arguments)
 		}
 	}
+	if intent.State == outbox.StatePending || intent.State == outbox.StateRunning {
+		pt, err := h.db.providerTask(r.Context(), intent.ID)
+		if err != nil {
+			h.renderOutboxError(w, r, p, err)
+			return
+		}
+		if pt.Task != "" {
+			// The provider has the call: only it can stop the work, once
+			// asked (docs/effects.md, "Upstreams that answer with tasks").
+			v.ProviderTask = pt
+			v.CanCancel = pt.CancelBy == ""
+		}
+	}
 	if intent.State == outbox.StateAwaitingApproval {
 		t := intent.CreatedAt.Add(h.approvalTTL)
 		v.ExpiresAt = &t
@@ -241,8 +257,9 @@ func (h *Handler) intent(w http.ResponseWriter, r *http.Request, p *principal) {
 // flashes are the messages a change's redirect names (?done=), so that a
 // reload does not repeat the change.
 var flashes = map[string]string{
-	"approved":  "Approved: the intent is pending and will run.",
-	"denied":    "Denied: the intent is cancelled (approval_denied).",
-	"resolved":  "Resolved.",
-	"cancelled": "Cancelled.",
+	"approved":         "Approved: the intent is pending and will run.",
+	"denied":           "Denied: the intent is cancelled (approval_denied).",
+	"resolved":         "Resolved.",
+	"cancelled":        "Cancelled.",
+	"cancel_requested": "Cancel passed to the provider, which holds the work as a task: the intent ends by what it reports.",
 }

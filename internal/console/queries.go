@@ -117,6 +117,16 @@ func (q *queries) sentArgs(ctx context.Context, id int64) (*intentdb.SentArgs, e
 	return sent, nil
 }
 
+// providerTask returns the task intent id's provider holds its work as,
+// and the cancel asked of it (intentdb.ProviderTask).
+func (q *queries) providerTask(ctx context.Context, id int64) (*intentdb.ProviderTask, error) {
+	pt, err := q.queries.ProviderTaskOf(ctx, q.pool, id)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the intent's provider task: %w", err)
+	}
+	return pt, nil
+}
+
 func (q *queries) jobs(ctx context.Context, intentID int64, jobID *int64) ([]*job, error) {
 	jobs, err := q.queries.Jobs(ctx, q.pool, intentID, jobID)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -23,6 +24,8 @@ func (q *Queries) renderCheckpoint(r func(string) string) {
 		WHERE namespace = $1 AND key = $2 AND state IN ('pending', 'running') AND checkpoint IS NOT NULL
 		RETURNING id`)
 	q.sqlCancelRequested = r(`SELECT cancel_requested IS NOT NULL FROM {{schema}}.outbox_intent WHERE id = $1`)
+	q.sqlProviderTask = r(`SELECT checkpoint->>'upstream_task', cancel_requested->>'by', (cancel_requested->>'at')::timestamptz
+		FROM {{schema}}.outbox_intent WHERE id = $1`)
 }
 
 // ErrCheckpointFenced is SetCheckpoint's error when the attempt no longer
@@ -72,4 +75,40 @@ func (q *Queries) CancelRequested(ctx context.Context, db Querier, id int64) (bo
 		return false, nil
 	}
 	return requested, err
+}
+
+// ProviderTask is what an operator is shown of an intent whose provider
+// holds the work as a task of its own: the task, and the cancel asked of
+// it, if any.
+type ProviderTask struct {
+	// Task is the provider's task id (an MCP upstream's, from the
+	// checkpoint its attempt recorded); empty when there is none.
+	Task string
+	// CancelBy and CancelAt are who asked to cancel it (RequestCancel),
+	// and when; empty and nil when nobody did.
+	CancelBy string
+	CancelAt *time.Time
+}
+
+// ProviderTaskOf returns intent id's provider task, a zero ProviderTask
+// when it has none or there is no such intent.
+func (q *Queries) ProviderTaskOf(ctx context.Context, db Querier, id int64) (*ProviderTask, error) {
+	var (
+		task, by *string
+		pt       ProviderTask
+	)
+	err := db.QueryRow(ctx, q.sqlProviderTask, id).Scan(&task, &by, &pt.CancelAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &pt, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if task != nil {
+		pt.Task = *task
+	}
+	if by != nil {
+		pt.CancelBy = *by
+	}
+	return &pt, nil
 }

@@ -31,7 +31,7 @@ type Queries struct {
 	sqlOverviewCounts, sqlOverviewLastHour, sqlJobs, sqlLeader, sqlLockAction                        string
 	sqlDeadJobs, sqlRescueJobs, sqlExpireLeases, sqlPruneProcesses                                   string
 	sqlStateKey, sqlRequestedHost, sqlUseState, sqlStatesUsed                                        string
-	sqlCheckpoint, sqlSetCheckpoint, sqlRequestCancel, sqlCancelRequested                            string
+	sqlCheckpoint, sqlSetCheckpoint, sqlRequestCancel, sqlCancelRequested, sqlProviderTask           string
 	sqlRecordUpstreamLock, sqlUpstreamLocks                                                          string
 	sqlSentArgs, sqlSetSentArgs                                                                      string
 }
