@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -144,10 +145,22 @@ func TestBenchDefaultMaxConnections(t *testing.T) {
 	require.NoError(t, err)
 	u.User = url.User("bench_small")
 	small := map[string]string{"DATABASE_URL": u.String()}
+	// A closed session's backend leaves the server a moment after its
+	// client: the counts below are exact once the runs before have gone.
+	settled := func(t *testing.T) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			var n int
+			err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&n)
+			return err == nil && n == 0
+		}, 30*time.Second, 20*time.Millisecond, "sessions of the runs before are still open")
+	}
 
 	t.Run("Busy", func(t *testing.T) {
 		// 60 connections held by others (and the test's one) leave 39, 36
 		// to a role that may not take the 3 slots reserved for superusers.
+		settled(t)
 		others, err := pgxpool.New(ctx, cluster.URL()+"&pool_max_conns=60")
 		require.NoError(t, err)
 		defer others.Close()
@@ -172,6 +185,7 @@ func TestBenchDefaultMaxConnections(t *testing.T) {
 	t.Run("RoleConnectionLimit", func(t *testing.T) {
 		_, err = conn.Exec(ctx, "ALTER ROLE bench_small CONNECTION LIMIT 30")
 		require.NoError(t, err)
+		settled(t)
 
 		res := runEnv(t, small, nil, "bench", "--count", "100", "--workers", "10", "--clients", "4")
 		require.Equal(t, 1, res.code, res.stderr)
