@@ -79,9 +79,14 @@ func serveHTTP(t *testing.T, srv *mcp.Server) string {
 // upstream at url, and binds it.
 func bindServed(t *testing.T, file, url string) *upstream.Catalog {
 	t.Helper()
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
-		return url, n == "URL"
-	}})
+	return bindServedEnv(t, file, func(n string) (string, bool) { return url, n == "URL" })
+}
+
+// bindServedEnv parses file with lookupEnv's variables, pins it against
+// the upstream its url names, and binds it.
+func bindServedEnv(t *testing.T, file string, lookupEnv func(string) (string, bool)) *upstream.Catalog {
+	t.Helper()
+	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: lookupEnv})
 	require.NoError(t, err)
 	u := f.Upstreams[0]
 	conn := upstream.NewConn(u, nil)
@@ -354,7 +359,7 @@ func TestUpstreamRecordsSentArgs(t *testing.T) {
         lookup: {tool: list, items: result.data, match: item.contains(provider_key)}
       send: {guarantee: deduplicated, key_arg: idempotencyKey, dedupe_window: 1h}
 `
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
+	c := bindServedEnv(t, file, func(n string) (string, bool) {
 		switch n {
 		case "URL":
 			return url, true
@@ -362,18 +367,7 @@ func TestUpstreamRecordsSentArgs(t *testing.T) {
 			return secret, true
 		}
 		return "", false
-	}})
-	require.NoError(t, err)
-	u := f.Upstreams[0]
-	conn := upstream.NewConn(u, nil)
-	server, listed, err := conn.ListTools(context.Background())
-	conn.Close()
-	require.NoError(t, err)
-	entry, problems := u.Pin(server, listed, nil)
-	require.Empty(t, problems)
-	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"up": entry}}, &upstream.BindConfig{})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	})
 
 	record := func(_ context.Context, args json.RawMessage) error {
 		mu.Lock()
@@ -464,7 +458,8 @@ func TestUpstreamHTTPLookup(t *testing.T) {
           match: item.body.contains(provider_key)
 `
 	mcpURL := serveHTTP(t, notes.server())
-	f, err := upstream.ParseFile("effects.yaml", []byte(file), &declared.Config{LookupEnvFunc: func(n string) (string, bool) {
+	// Pinned with no problem: an HTTP look-up needs no tool of the upstream.
+	c := bindServedEnv(t, file, func(n string) (string, bool) {
 		switch n {
 		case "URL":
 			return mcpURL, true
@@ -474,18 +469,7 @@ func TestUpstreamHTTPLookup(t *testing.T) {
 			return apiToken, true
 		}
 		return "", false
-	}})
-	require.NoError(t, err)
-	u := f.Upstreams[0]
-	conn := upstream.NewConn(u, nil)
-	server, listed, err := conn.ListTools(context.Background())
-	conn.Close()
-	require.NoError(t, err)
-	entry, problems := u.Pin(server, listed, nil)
-	require.Empty(t, problems, "an HTTP look-up needs no tool of the upstream")
-	c, err := upstream.Bind(f, &upstream.Lock{Version: upstream.LockVersion, Upstreams: map[string]*upstream.LockedUpstream{"notes": entry}}, &upstream.BindConfig{})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	})
 	tool := recordedTool(t, c, "notes_create_note")
 	req := &effects.Request{Args: json.RawMessage(`{"body":"hello"}`), ProviderKey: "pk-http-1"}
 
