@@ -38,22 +38,9 @@ func MakeArchiveDir() (string, error) {
 // its own, in a directory of its own, not started. Start it with
 // StartRecovery; Stop removes it either way.
 func (c *Cluster) BaseBackup(ctx context.Context) (*Cluster, error) {
-	dir, err := os.MkdirTemp("", "pgcluster-")
+	b, err := c.sibling()
 	if err != nil {
-		return nil, fmt.Errorf("error creating cluster directory: %w", err)
-	}
-	// pg_basebackup sits next to the real pg_ctl (see StartStandby).
-	binDir := c.binDir
-	if real, err := filepath.EvalSymlinks(filepath.Join(c.binDir, "pg_ctl")); err == nil {
-		binDir = filepath.Dir(real)
-	}
-	b := &Cluster{
-		binDir:     binDir,
-		credential: c.credential,
-		dataDir:    filepath.Join(dir, "data"),
-		dir:        dir,
-		logger:     c.logger,
-		crashSafe:  c.crashSafe,
+		return nil, err
 	}
 	err = b.baseBackupFrom(ctx, c)
 	if err != nil {
@@ -70,21 +57,9 @@ func (c *Cluster) BaseBackup(ctx context.Context) (*Cluster, error) {
 // pgBackRest to create, as the user the binaries run as. Start it with
 // StartRecovery; Stop removes it either way.
 func (c *Cluster) NewRestoreTarget() (*Cluster, error) {
-	dir, err := os.MkdirTemp("", "pgcluster-")
+	b, err := c.sibling()
 	if err != nil {
-		return nil, fmt.Errorf("error creating cluster directory: %w", err)
-	}
-	binDir := c.binDir
-	if real, err := filepath.EvalSymlinks(filepath.Join(c.binDir, "pg_ctl")); err == nil {
-		binDir = filepath.Dir(real)
-	}
-	b := &Cluster{
-		binDir:     binDir,
-		credential: c.credential,
-		dataDir:    filepath.Join(dir, "data"),
-		dir:        dir,
-		logger:     c.logger,
-		crashSafe:  c.crashSafe,
+		return nil, err
 	}
 	err = func() error {
 		if b.credential != nil {

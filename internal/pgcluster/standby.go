@@ -12,29 +12,39 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// StartStandby creates a streaming standby of c, for failover tests: a base
-// backup taken with pg_basebackup -R (which writes standby.signal and the
-// primary_conninfo that streams from c), started as a cluster of its own in
-// a directory of its own, returning once it accepts (read-only)
-// connections. Stop it like any cluster.
-func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
+// sibling returns a cluster like c in a directory of its own, its data
+// directory not created: a standby's, a backup's or a restore's. It runs
+// the binaries pg_ctl really sits among, since pg_basebackup is there and
+// PATH may hold only a link to pg_ctl (/usr/local/bin/pg_ctl ->
+// /usr/lib/postgresql/15/bin).
+func (c *Cluster) sibling() (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "pgcluster-")
 	if err != nil {
 		return nil, fmt.Errorf("error creating cluster directory: %w", err)
 	}
-	// pg_basebackup sits next to the real pg_ctl, which PATH may hold only
-	// a link to (/usr/local/bin/pg_ctl -> /usr/lib/postgresql/15/bin).
 	binDir := c.binDir
 	if real, err := filepath.EvalSymlinks(filepath.Join(c.binDir, "pg_ctl")); err == nil {
 		binDir = filepath.Dir(real)
 	}
-	s := &Cluster{
+	return &Cluster{
 		binDir:     binDir,
 		credential: c.credential,
 		dataDir:    filepath.Join(dir, "data"),
 		dir:        dir,
 		logger:     c.logger,
 		crashSafe:  c.crashSafe,
+	}, nil
+}
+
+// StartStandby creates a streaming standby of c, for failover tests: a base
+// backup taken with pg_basebackup -R (which writes standby.signal and the
+// primary_conninfo that streams from c), started as a cluster of its own in
+// a directory of its own, returning once it accepts (read-only)
+// connections. Stop it like any cluster.
+func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
+	s, err := c.sibling()
+	if err != nil {
+		return nil, err
 	}
 	if err := s.startStandby(ctx, c); err != nil {
 		if stopErr := s.Stop(context.WithoutCancel(ctx)); stopErr != nil {
