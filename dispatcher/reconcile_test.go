@@ -251,6 +251,11 @@ func TestDrainWokenByNotifications(t *testing.T) {
 	time.Sleep(busyTail + 500*time.Millisecond)
 
 	for i := range 2 {
+		if i > 0 {
+			// Past the busy tail again, and past the notify window, so
+			// that this enqueue notifies.
+			time.Sleep(busyTail + 500*time.Millisecond)
+		}
 		key := fmt.Sprintf("woken-%d", i)
 		_, err := b.client.EnqueueTx(ctx, b.pool, &outbox.EnqueueParams{Key: key, Effect: "noop", Args: map[string]any{}})
 		require.NoError(t, err)
@@ -259,8 +264,5 @@ func TestDrainWokenByNotifications(t *testing.T) {
 		cancel()
 		require.NoError(t, err, "not woken within 5 s")
 		require.Equal(t, outbox.StateSucceeded, intent.State)
-		// Past the busy tail again, and past the notify window, so that
-		// the next enqueue notifies.
-		time.Sleep(busyTail + 500*time.Millisecond)
 	}
 }

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	code := testdb.Run(m)
+	code := testdb.RunParallel(m, parallel)
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -12,12 +11,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -99,30 +95,20 @@ var tiers = map[string]string{
 	"TestTiers":                              tierCore,
 }
 
-// parallelDefault is the package's -parallel when the command line gives
-// none, rather than go test's GOMAXPROCS (2 in CI): most of these tests
-// wait on outboxd processes, clusters and timeouts, not on the CPU. Six at
-// a time hold up to about 150 connections at once (each serve has pools of
-// its own), so the default is raised only on a server with
-// parallelMinConnections or more: the throwaway cluster's, and CI's.
-const parallelDefault = 6
-
-// parallelMinConnections is the max_connections a TEST_DATABASE_URL server
-// needs for parallelDefault; README's development section asks for it.
-const parallelMinConnections = 300
+// parallel is the package's -parallel when the command line gives none
+// (testdb.RunParallel), rather than go test's GOMAXPROCS (2 in CI): most of
+// these tests wait on outboxd processes, clusters and timeouts, not on the
+// CPU. Six at a time hold up to about 150 connections at once, each serve
+// with pools of its own; fewer than testdb's default, since each of these
+// runs processes where a unit test runs goroutines.
+const parallel = 6
 
 // setTestFlags applies OUTBOX_TEST_TIERS as a -run of the chosen tiers'
-// tests and raises -parallel, unless the command line set them itself.
+// tests, unless the command line set -run itself.
 func setTestFlags() error {
 	flag.Parse()
 	given := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
-
-	if !given["test.parallel"] && roomForParallel() {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallelDefault)); err != nil {
-			return err
-		}
-	}
 
 	value := os.Getenv(envTiers)
 	if value == "" || given["test.run"] {
@@ -168,29 +154,4 @@ func TestTiers(t *testing.T) {
 	for name := range tiers {
 		require.True(t, found[name], "tiers names %s, which no file declares", name)
 	}
-}
-
-// roomForParallel reports whether the test database takes parallelDefault
-// tests at once: a throwaway cluster does (testdb starts it with 300
-// connections); a server in TEST_DATABASE_URL must allow as many, else the
-// tests run as go test would run them, and say why.
-func roomForParallel() bool {
-	url := os.Getenv("TEST_DATABASE_URL")
-	if url == "" {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return false // testdb reports it
-	}
-	defer conn.Close(context.Background())
-	var n int
-	if err := conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&n); err != nil || n >= parallelMinConnections {
-		return err == nil
-	}
-	fmt.Fprintf(os.Stderr, "integration: max_connections is %d, under the %d that -parallel %d needs: running go test's default -parallel\n",
-		n, parallelMinConnections, parallelDefault)
-	return false
 }

@@ -26,10 +26,13 @@ package testdb
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -85,8 +88,32 @@ func Main(m *testing.M) {
 
 // Run is Main without the os.Exit, for a TestMain with cleanups of its own.
 // It returns the tests' exit code.
+//
+// Unless the command line sets -parallel, Run raises it from go test's
+// default (GOMAXPROCS, 2 in CI) to ParallelDefault: these tests wait on
+// PostgreSQL, a listener or a dispatcher far more than they use the CPU,
+// and two at a time leaves the machine idle.
 func Run(m *testing.M) int {
+	return RunParallel(m, ParallelDefault)
+}
+
+// ParallelDefault is the -parallel Run sets when the command line sets none.
+const ParallelDefault = 8
+
+// parallelMinConnections is the max_connections a TEST_DATABASE_URL server
+// needs before Run raises -parallel: test binaries run side by side, each
+// with its pools, listeners and dispatchers. The throwaway cluster has as
+// many; README's development section asks for them.
+const parallelMinConnections = 300
+
+// RunParallel is Run with n tests at once unless the command line sets
+// -parallel: for a package whose tests are heavier than most, or lighter.
+func RunParallel(m *testing.M, n int) int {
 	databaseURL = os.Getenv(envDatabaseURL)
+	if err := raiseParallel(n); err != nil {
+		fmt.Fprintf(os.Stderr, "testdb: %s\n", err)
+		return 2
+	}
 
 	if databaseURL == "" {
 		cluster, err := startCluster()
@@ -119,6 +146,37 @@ func Run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// raiseParallel sets -test.parallel to n unless the command line set it, or
+// the server in TEST_DATABASE_URL has too few connections for it (then it
+// says so, and the tests run as go test would run them).
+func raiseParallel(n int) error {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if given || n <= runtime.GOMAXPROCS(0) {
+		return nil
+	}
+	if databaseURL != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, databaseURL)
+		if err != nil {
+			return nil // the first test to ask for the database reports it
+		}
+		defer conn.Close(context.Background())
+		var maxConns int
+		if err := conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&maxConns); err != nil {
+			return nil
+		}
+		if maxConns < parallelMinConnections {
+			fmt.Fprintf(os.Stderr, "testdb: max_connections is %d, under the %d that -parallel %d needs: running go test's default -parallel\n",
+				maxConns, parallelMinConnections, n)
+			return nil
+		}
+	}
+	return flag.Set("test.parallel", strconv.Itoa(n))
 }
 
 // startCluster starts the throwaway cluster used when TEST_DATABASE_URL isn't
