@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-dev/outbox/internal/access"
@@ -56,6 +57,16 @@ func TestEnqueue(t *testing.T) {
 	t.Run("Errors", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
+		// Nothing written, by any case. The cases below run in parallel:
+		// t.Run returns as each one pauses, so a count after the loop
+		// would run before any of them did. A cleanup runs once all of
+		// them have ended (and before the schema is handed back); the
+		// schema is this test's alone, so all of its intents are the
+		// cases'. assert, not require: a FailNow in a cleanup drops the
+		// message from go test's output without -v.
+		t.Cleanup(func() {
+			assert.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema), "nothing written")
+		})
 
 		for name, tt := range map[string]struct {
 			args   []string
@@ -78,7 +89,6 @@ func TestEnqueue(t *testing.T) {
 				require.Equal(t, 1, strings.Count(res.stderr, "\n"))
 			})
 		}
-		require.Equal(t, 0, testdb.CountIntents(t, bundle.pool, bundle.schema))
 	})
 
 	t.Run("ArgsFromFileAndStdin", func(t *testing.T) {
