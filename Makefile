@@ -2,7 +2,7 @@
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: demo run test test-core test-faults test-ecosystem test-clients lint bench bench-mcp soak ci
+.PHONY: demo run test test-core test-faults test-ecosystem test-clients lint lint-go lint-ts bench bench-mcp soak ci
 
 # The first run: the story outbox exists for, told with real calls, then
 # River UI and /metrics until Ctrl-C. A throwaway PostgreSQL unless
@@ -49,9 +49,19 @@ test-clients:
 # gosec, misspell, revive and unparam, as .golangci.yml configures them.
 GOLANGCI_LINT ?= $(shell command -v golangci-lint 2>/dev/null || echo $$(go env GOPATH)/bin/golangci-lint)
 
-lint:
+lint: lint-go lint-ts
+
+# The Go half of lint, which needs no npm package (.ci/run runs it while
+# the npm packages install).
+lint-go:
 	@test -x "$(GOLANGCI_LINT)" || { echo "golangci-lint is missing: scripts/install-test-tools.sh installs it"; exit 1; }
 	$(GOLANGCI_LINT) run ./...
+
+# The TypeScript examples, type-checked as tsconfig.json says (strict): tsx,
+# which runs them, does not check types. --no: the local typescript or
+# nothing, never the unrelated package npm calls tsc; --: npx would take -p
+# for its own --package.
+lint-ts:
 	@if [ -d examples/typescript/node_modules ]; then cd examples/typescript && npx --no -- tsc --noEmit --project .; \
 	else echo "examples/typescript not type-checked: npm ci there first"; fi
 

@@ -89,25 +89,24 @@ func Main(m *testing.M) {
 // Run is Main without the os.Exit, for a TestMain with cleanups of its own.
 // It returns the tests' exit code.
 //
-// Unless the command line sets -parallel, Run raises it from go test's
-// default (GOMAXPROCS, 2 in CI) to ParallelDefault: these tests wait on
-// PostgreSQL, a listener or a dispatcher far more than they use the CPU,
-// and two at a time leaves the machine idle.
+// The tests run at go test's -parallel (GOMAXPROCS): more at once is not
+// faster on a small machine, since each test in flight migrates a schema of
+// its own and PostgreSQL's CPU is then the bound (measured: -parallel 8
+// took PostgreSQL 60% more CPU than 2, and longer, over six packages).
 func Run(m *testing.M) int {
-	return RunParallel(m, ParallelDefault)
+	return RunParallel(m, 0)
 }
 
-// ParallelDefault is the -parallel Run sets when the command line sets none.
-const ParallelDefault = 8
-
 // parallelMinConnections is the max_connections a TEST_DATABASE_URL server
-// needs before Run raises -parallel: test binaries run side by side, each
-// with its pools, listeners and dispatchers. The throwaway cluster has as
-// many; README's development section asks for them.
+// needs before RunParallel raises -parallel: test binaries run side by
+// side, each with its pools, listeners and dispatchers. The throwaway
+// cluster has as many; README's development section asks for them.
 const parallelMinConnections = 300
 
 // RunParallel is Run with n tests at once unless the command line sets
-// -parallel: for a package whose tests are heavier than most, or lighter.
+// -parallel, for a package whose tests wait on processes and timeouts
+// rather than on PostgreSQL or the CPU (the integration tests). n of 0
+// leaves go test's default.
 func RunParallel(m *testing.M, n int) int {
 	databaseURL = os.Getenv(envDatabaseURL)
 	if err := raiseParallel(n); err != nil {
