@@ -99,8 +99,7 @@ var tiers = map[string]string{
 // (testdb.RunParallel), rather than go test's GOMAXPROCS (2 in CI): most of
 // these tests wait on outboxd processes, clusters and timeouts, not on the
 // CPU. Six at a time hold up to about 150 connections at once, each serve
-// with pools of its own; fewer than testdb's default, since each of these
-// runs processes where a unit test runs goroutines.
+// with pools of its own.
 const parallel = 6
 
 // setTestFlags applies OUTBOX_TEST_TIERS as a -run of the chosen tiers'

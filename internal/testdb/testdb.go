@@ -90,9 +90,10 @@ func Main(m *testing.M) {
 // It returns the tests' exit code.
 //
 // The tests run at go test's -parallel (GOMAXPROCS): more at once is not
-// faster on a small machine, since each test in flight migrates a schema of
-// its own and PostgreSQL's CPU is then the bound (measured: -parallel 8
-// took PostgreSQL 60% more CPU than 2, and longer, over six packages).
+// faster on a small machine, where PostgreSQL's CPU is the bound and each
+// test in flight holds a migrated schema of its own and, most, a dispatcher
+// polling its queues (measured over six packages: -parallel 8 took
+// PostgreSQL 60% more CPU than 2, and longer).
 func Run(m *testing.M) int {
 	return RunParallel(m, 0)
 }
