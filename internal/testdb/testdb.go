@@ -12,7 +12,7 @@
 // migrates few: TestTx is a rolled-back transaction in the binary's one
 // shared migrated schema, for tests that need no commit and no
 // LISTEN/NOTIFY; MigratedSchema a migrated schema of the test's own, emptied
-// with TRUNCATE and reused by a later test when it's done; NewEnv noop
+// with DELETE and reused by a later test when it's done; NewEnv noop
 // effects and a client on one, the start of most tests. Run drops them all
 // when the tests are done.
 //
