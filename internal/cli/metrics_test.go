@@ -138,10 +138,15 @@ func TestServeMetrics(t *testing.T) {
 	}
 	wait("m-4", outbox.StateUnknown)
 	wait("m-5", outbox.StateFailed)
+	// Cancelled once attempted, so that the drain handed it over first (a
+	// pending intent is cancellable before that, and then never drained).
 	require.Eventually(t, func() bool {
+		if _, intent := apiCall(t, http.MethodGet, api+"/m-7", "", ""); intent == nil || intent.Attempts == 0 {
+			return false
+		}
 		status, _ := apiCall(t, http.MethodPost, api+"/m-7/cancel", "", "")
 		return status == http.StatusOK
-	}, 20*time.Second, 100*time.Millisecond, "m-7 was never cancellable")
+	}, 20*time.Second, 100*time.Millisecond, "m-7 was never cancellable after an attempt")
 
 	var families map[string]*dto.MetricFamily
 	require.Eventually(t, func() bool {
