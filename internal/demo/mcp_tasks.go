@@ -58,7 +58,6 @@ type wireAnswer struct {
 	} `json:"inputRequests"`
 	Result            json.RawMessage `json:"result"`
 	StructuredContent struct {
-		ID        int64  `json:"id"`
 		State     string `json:"state"`
 		Duplicate bool   `json:"duplicate"`
 	} `json:"structuredContent"`

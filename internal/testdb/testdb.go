@@ -152,10 +152,13 @@ func RunParallel(m *testing.M, n int) int {
 // the server in TEST_DATABASE_URL has too few connections for it (then it
 // says so, and the tests run as go test would run them).
 func raiseParallel(n int) error {
+	if n <= runtime.GOMAXPROCS(0) {
+		return nil
+	}
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if given || n <= runtime.GOMAXPROCS(0) {
+	if given {
 		return nil
 	}
 	if databaseURL != "" {
