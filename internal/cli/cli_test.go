@@ -219,6 +219,7 @@ func TestConfigErrors(t *testing.T) {
 		"NegativeDuration": {with(base, "OUTBOX_RETENTION", "-1h"), `OUTBOX_RETENTION: expected a positive duration such as 168h, got "-1h"`},
 		"ZeroDuration":     {with(base, "OUTBOX_AUTO_KEY_WINDOW", "0s"), `OUTBOX_AUTO_KEY_WINDOW: expected a positive duration such as 10m, got "0s"`},
 		"ZeroHeartbeat":    {with(base, "OUTBOX_HEARTBEAT_INTERVAL", "0s"), `OUTBOX_HEARTBEAT_INTERVAL: expected a positive duration such as 1s, got "0s"`},
+		"ZeroFetchPoll":    {with(base, "OUTBOX_FETCH_POLL_INTERVAL", "0s"), `OUTBOX_FETCH_POLL_INTERVAL: expected a positive duration such as 100ms, got "0s"`},
 		"ZeroAttempts":     {with(base, "OUTBOX_MAX_ATTEMPTS", "0"), `OUTBOX_MAX_ATTEMPTS: expected a whole number of 1 or more, got "0"`},
 		"Workers":          {with(base, "OUTBOX_WORKERS", "many"), `OUTBOX_WORKERS: expected a whole number from 1 to 10000, got "many"`},
 		"Bool":             {with(base, "OUTBOX_AUTO_MIGRATE", "maybe"), `OUTBOX_AUTO_MIGRATE: expected true or false, got "maybe"`},

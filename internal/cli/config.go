@@ -89,6 +89,13 @@ type Config struct {
 	// outboxd effects pin. Defaults to EffectsFile + ".lock".
 	EffectsLock string `env:"OUTBOX_EFFECTS_LOCK" expect:"a path ending in .lock, with OUTBOX_EFFECTS_FILE set" help:"the MCP upstreams' pinned catalogue (default: the effects file's path plus .lock), written by outboxd effects pin"`
 
+	// FetchPollInterval is how often each effect's River queue looks for
+	// jobs that no notification announced. Shorter trims the tail of a
+	// burst (River notifies a queue at most once per fetch cooldown);
+	// longer costs less when idle: every queue of every replica polls.
+	// Defaults to 100ms.
+	FetchPollInterval time.Duration `env:"OUTBOX_FETCH_POLL_INTERVAL, default=100ms" expect:"a positive duration such as 100ms" help:"how often each effect's queue looks for jobs no notification announced: shorter trims the tail of bursts, longer costs less when idle"`
+
 	// HeartbeatInterval is how often serve writes its heartbeat and takes
 	// over the running jobs of processes that died: a process is dead once
 	// its liveness session is gone and its heartbeat two intervals old.

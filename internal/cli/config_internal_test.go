@@ -37,6 +37,7 @@ func TestEnvDefaults(t *testing.T) {
 		"AutoMigrate":        off,
 		"BatchFirstAttempts": !dispatcher.Config{}.DisableBatchFirstAttempts,
 		"EffectTimeout":      workers.EffectTimeoutDefault,
+		"FetchPollInterval":  dispatcher.FetchPollIntervalDefault,
 		"HeartbeatInterval":  dispatcher.HeartbeatIntervalDefault,
 		"HTTPAddr":           HTTPAddrDefault,
 		"LockTimeout":        dbutil.LockTimeoutDefault,

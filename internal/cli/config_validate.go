@@ -47,6 +47,7 @@ func (c *Config) validate(lookuper envconfig.Lookuper) error {
 		{"EffectsFile", c.EffectsFile == "" || readableFile(c.EffectsFile)},
 		// A lock means nothing without the file whose upstreams it pins.
 		{"EffectsLock", c.EffectsLock == "" || (c.EffectsFile != "" && strings.HasSuffix(c.EffectsLock, ".lock"))},
+		{"FetchPollInterval", c.FetchPollInterval > 0},
 		{"HeartbeatInterval", c.HeartbeatInterval > 0},
 		{"LockTimeout", c.LockTimeout >= 0},
 		{"StatementTimeout", c.StatementTimeout >= 0},

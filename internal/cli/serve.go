@@ -208,6 +208,7 @@ func daemonConfig(cfg *Config, set *effectset.Set, logger *slog.Logger) *daemon.
 			ApprovalWebhook:           cfg.ApprovalWebhook,
 			DisableBatchFirstAttempts: !cfg.BatchFirstAttempts,
 			EffectTimeout:             cfg.EffectTimeout,
+			FetchPollInterval:         cfg.FetchPollInterval,
 			HeartbeatInterval:         cfg.HeartbeatInterval,
 			MaxAttempts:               cfg.MaxAttempts,
 			PollOnly:                  cfg.PollOnly,
