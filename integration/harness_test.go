@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-dev/outbox/dispatcher"
 	"github.com/outbox-dev/outbox/internal/testdb"
 	"github.com/outbox-dev/outbox/outbox"
 )
@@ -151,11 +151,26 @@ func (e *env) serve(extra ...string) *process {
 	return e.serveBin(outboxd(e.t), extra...)
 }
 
+// testPollInterval is every serve's OUTBOX_FETCH_POLL_INTERVAL here, unless
+// the test sets its own. These tests check what happens, not how soon: a job
+// waits for its notification, or for a poll at most a second later. At the
+// default's 100 ms, every queue of the twelve serves alive at once polling
+// ten times a second took a sixth of the package's CPU on 2 cores (50 of
+// 300 CPU-seconds). The tests that measure the wait (TestRecoveryTime,
+// TestPgBouncer) set measuredPollInterval.
+const testPollInterval = "OUTBOX_FETCH_POLL_INTERVAL=1s"
+
+// measuredPollInterval is serve's default poll interval, for the tests that
+// measure how soon a job is taken up.
+var measuredPollInterval = "OUTBOX_FETCH_POLL_INTERVAL=" + dispatcher.FetchPollIntervalDefault.String()
+
 // serveBin is serve with another outboxd binary (a previous release's).
 func (e *env) serveBin(bin string, extra ...string) *process {
 	e.t.Helper()
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(slices.Clone(e.vars), extra...)
+	// First, so that the env's or extra's own setting wins (exec keeps the
+	// last value of a variable).
+	cmd.Env = append(append([]string{testPollInterval}, e.vars...), extra...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(e.t, err)
 	cmd.Stdout = io.Discard

@@ -56,6 +56,9 @@ func TestPgBouncer(t *testing.T) {
 		"OUTBOX_ALLOW_NO_AUTH=true",
 		"OUTBOX_EFFECT_TIMEOUT=2s",
 		"OUTBOX_WORKERS=10",
+		// The default poll interval: through PgBouncer serve only polls,
+		// and the latency measured includes it.
+		measuredPollInterval,
 		// Every delivery performed, none deduplicated: an effect made
 		// twice shows as two deliveries of one key.
 		"OUTBOX_WEBHOOKS=hook=" + sb.Webhooks.EndpointURL("hook", false),

@@ -36,7 +36,9 @@ func TestRecoveryTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const effectTimeout = time.Second
-	e := newEnv(t, "OUTBOX_EFFECT_TIMEOUT="+effectTimeout.String())
+	// The default poll interval: the time to taken up again is a figure of
+	// docs/design.md.
+	e := newEnv(t, "OUTBOX_EFFECT_TIMEOUT="+effectTimeout.String(), measuredPollInterval)
 
 	replicas := []*replica{startReplica(e), startReplica(e), startReplica(e)}
 
