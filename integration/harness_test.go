@@ -154,7 +154,7 @@ func (e *env) serve(extra ...string) *process {
 // testPollInterval is every serve's OUTBOX_FETCH_POLL_INTERVAL here, unless
 // the test sets its own. These tests check what happens, not how soon: a job
 // waits for its notification, or for a poll at most a second later. At the
-// default's 100 ms, every queue of the twelve serves alive at once polling
+// default's 100 ms, every queue of up to twelve serves alive at once polling
 // ten times a second took a sixth of the package's CPU on 2 cores (50 of
 // 300 CPU-seconds). The tests that measure the wait (TestRecoveryTime,
 // TestPgBouncer) set measuredPollInterval.
